@@ -1,0 +1,1 @@
+"""draftbench harness: benchmark draft-model speculative decoding on vLLM."""

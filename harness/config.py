@@ -1,0 +1,163 @@
+"""Config schemas (Hydra structured configs): types here, values in ``conf/``.
+
+Every group has one dataclass registered in Hydra's ConfigStore, so a typo or a wrong
+type in an override fails when the config is composed. Range checks that types cannot
+express live in :func:`validate` and raise :class:`ConfigError` with one readable line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+DIFFICULTIES = ("easy", "medium", "hard")
+PROMPT_STYLES = ("direct", "cot", "cod")
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message names the key and the value."""
+
+
+@dataclass
+class DatasetConfig:
+    """Where problems come from. ``source`` picks the loader in ``harness.datasets``."""
+
+    name: str = MISSING
+    source: str = MISSING  # gsm8k | math | synth
+    difficulty: str = MISSING  # easy | medium | hard
+    split: str = "test"
+    path: str | None = None  # local JSONL in the original format; else the hub
+    hf_id: str | None = None
+    hf_config: str | None = None
+    math_type: str | None = None  # MATH "type" field to keep, e.g. "Algebra"
+    levels: list[int] = field(default_factory=list)  # MATH levels to keep
+    size: int = 200  # synth: number of problems generated for the split
+    allow_malformed: bool = False  # skip (and count) malformed rows instead of refusing
+
+
+@dataclass
+class VariantConfig:
+    """A target (key into ``models.targets``), an optional draft and a prompt style."""
+
+    name: str = MISSING
+    target: str = MISSING  # base | cot | cod
+    draft: str | None = None  # None | base | cot | cod
+    prompt_style: str = MISSING  # direct | cot | cod
+
+
+@dataclass
+class ModelsConfig:
+    """Model directories or hub ids by role; set by the experiment."""
+
+    targets: dict[str, str] = field(default_factory=dict)
+    drafts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class EngineConfig:
+    """vLLM engine settings for one kind of hardware."""
+
+    device: str = MISSING  # cpu | cuda
+    dtype: str = "auto"
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    draft_tensor_parallel_size: int | None = None
+    enforce_eager: bool = False
+    cpu_kvcache_space_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE on CPU
+    max_num_seqs: int = 256
+    enable_prefix_caching: bool = False
+
+
+@dataclass
+class SpecConfig:
+    """Speculative decoding: ``k`` draft tokens per verify step; 0 = plain decoding."""
+
+    k: int = 0
+
+
+@dataclass
+class Config:
+    """One job: (variant, dataset, spec.k, concurrency, seed, temperature)."""
+
+    experiment: str = MISSING
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    dataset: DatasetConfig = MISSING
+    variant: VariantConfig = MISSING
+    engine: EngineConfig = MISSING
+    spec: SpecConfig = field(default_factory=SpecConfig)
+    prompts: dict[str, str] = field(default_factory=dict)  # system prompt per style
+    limit: int | None = None  # number of problems; None = all
+    seed: int = 0
+    temperature: float = 0.0
+    max_tokens: int = 512
+    concurrency: int = 1
+    results_dir: str = "results"
+    sweep: str = "${experiment}"
+    force: bool = False
+
+
+def register_configs() -> None:
+    """Register every schema in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
+    cs.store(group="variant", name="variant_schema", node=VariantConfig)
+    cs.store(group="engine", name="engine_schema", node=EngineConfig)
+
+
+def _check(ok: bool, key: str, value: Any, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value}: {why}")
+
+
+def validate(cfg: Any) -> None:
+    """Check ranges and cross-field rules of a composed job config.
+
+    Raises:
+        ConfigError: naming the first bad key and value.
+    """
+    _check(cfg.spec.k >= 0, "spec.k", cfg.spec.k, "must be >= 0 (0 = no speculation)")
+    _check(
+        cfg.spec.k == 0 or cfg.variant.draft is not None,
+        "spec.k",
+        cfg.spec.k,
+        f"variant {cfg.variant.name} has no draft model; use spec.k=0 or a *_sd variant",
+    )
+    _check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
+    _check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")
+    _check(cfg.max_tokens >= 1, "max_tokens", cfg.max_tokens, "must be >= 1")
+    _check(cfg.temperature >= 0, "temperature", cfg.temperature, "must be >= 0")
+    _check(
+        cfg.dataset.difficulty in DIFFICULTIES,
+        "dataset.difficulty",
+        cfg.dataset.difficulty,
+        f"must be one of {', '.join(DIFFICULTIES)}",
+    )
+    _check(
+        cfg.variant.prompt_style in PROMPT_STYLES,
+        "variant.prompt_style",
+        cfg.variant.prompt_style,
+        f"must be one of {', '.join(PROMPT_STYLES)}",
+    )
+    _check(
+        cfg.variant.prompt_style in cfg.prompts,
+        "variant.prompt_style",
+        cfg.variant.prompt_style,
+        f"no system prompt under prompts.{cfg.variant.prompt_style}",
+    )
+    _check(
+        cfg.variant.target in cfg.models.targets,
+        "variant.target",
+        cfg.variant.target,
+        f"experiment {cfg.experiment} defines targets {sorted(cfg.models.targets)}",
+    )
+    _check(
+        cfg.variant.draft is None or cfg.variant.draft in cfg.models.drafts,
+        "variant.draft",
+        cfg.variant.draft,
+        f"experiment {cfg.experiment} defines drafts {sorted(cfg.models.drafts)}",
+    )
