@@ -8,10 +8,14 @@ express live in :func:`validate` and raise :class:`ConfigError` with one readabl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 DIFFICULTIES = ("easy", "medium", "hard")
 PROMPT_STYLES = ("direct", "cot", "cod")
@@ -35,6 +39,7 @@ class DatasetConfig:
     math_type: str | None = None  # MATH "type" field to keep, e.g. "Algebra"
     levels: list[int] = field(default_factory=list)  # MATH levels to keep
     size: int = 200  # synth: number of problems generated for the split
+    seed: int = 0  # synth: generator seed (fixed, independent of the run seed)
     allow_malformed: bool = False  # skip (and count) malformed rows instead of refusing
 
 
@@ -107,6 +112,13 @@ def register_configs() -> None:
     cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
     cs.store(group="variant", name="variant_schema", node=VariantConfig)
     cs.store(group="engine", name="engine_schema", node=EngineConfig)
+
+
+def compose_config(overrides: list[str] | None = None, config_name: str = "config") -> DictConfig:
+    """Compose the project config outside a Hydra app (CLIs, tests)."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name=config_name, overrides=list(overrides or []))
 
 
 def _check(ok: bool, key: str, value: Any, why: str) -> None:

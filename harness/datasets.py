@@ -1,0 +1,194 @@
+"""Dataset loaders: every source becomes a list of :class:`Problem`.
+
+Sources (``dataset.source``):
+
+- ``gsm8k``: Hugging Face ``openai/gsm8k`` (config ``main``) or a local JSONL in the
+  original format (``question``, ``answer`` ending in ``#### N``) via ``dataset.path``.
+- ``math``: the Hugging Face copy of MATH (one config per subject) or a local JSONL with
+  the original fields (``problem``, ``solution``, ``level``, ``type``), filtered by
+  ``dataset.math_type`` and ``dataset.levels``. The gold answer is the last ``\\boxed{}``.
+- ``synth``: the seeded generator in :mod:`harness.synth`.
+
+Check a local file (counts, and gold solutions graded against their own gold answers)::
+
+    python -m harness.datasets dataset=gsm8k dataset.path=path/to/gsm8k_test.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.config import DatasetConfig
+from harness.grading import grade, last_boxed
+from harness.problems import Problem
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be loaded as configured; the message says what to set."""
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """(line number, row) pairs; a line that is not a JSON object yields None."""
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            yield lineno, row if isinstance(row, dict) else None
+
+
+def _from_hub(cfg: DatasetConfig) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    try:
+        import datasets
+
+        rows = datasets.load_dataset(cfg.hf_id, cfg.hf_config, split=cfg.split)
+    except Exception as exc:
+        raise DatasetError(
+            f"dataset {cfg.name}: cannot load {cfg.hf_id} ({cfg.hf_config}) from the Hugging Face hub "
+            f"({type(exc).__name__}); set dataset.path=<local JSONL in the original format>"
+        ) from None
+    yield from enumerate(rows, start=1)
+
+
+def _rows(cfg: DatasetConfig) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    if cfg.path is None:
+        return _from_hub(cfg)
+    path = Path(cfg.path).expanduser()
+    if not path.is_file():
+        raise DatasetError(f"dataset.path={cfg.path}: no such file")
+    return _read_jsonl(path)
+
+
+def _gsm8k_problem(cfg: DatasetConfig, index: int, row: dict[str, Any]) -> Problem | None:
+    question, answer = row.get("question"), row.get("answer")
+    if not (isinstance(question, str) and isinstance(answer, str) and "####" in answer):
+        return None
+    gold = answer.rsplit("####", 1)[1].strip().replace(",", "")
+    if not gold:
+        return None
+    return Problem(
+        id=f"gsm8k-{cfg.split}-{index:05d}",
+        dataset=cfg.name,
+        difficulty=cfg.difficulty,
+        question=question,
+        gold_answer=gold,
+        gold_solution=answer,
+        answer_style="number",
+    )
+
+
+def _math_level(level: Any) -> int | None:
+    try:
+        return int(str(level).removeprefix("Level").strip())
+    except ValueError:
+        return None
+
+
+def _math_problem(cfg: DatasetConfig, index: int, row: dict[str, Any]) -> Problem | None:
+    problem, solution = row.get("problem"), row.get("solution")
+    if not (isinstance(problem, str) and isinstance(solution, str)):
+        return None
+    gold = last_boxed(solution)
+    if not gold:
+        return None
+    return Problem(
+        id=row.get("unique_id") or f"math-{cfg.split}-{cfg.hf_config}-{index:05d}",
+        dataset=cfg.name,
+        difficulty=cfg.difficulty,
+        question=problem,
+        gold_answer=gold,
+        gold_solution=solution,
+        answer_style="math",
+    )
+
+
+def _keep_math_row(cfg: DatasetConfig, row: dict[str, Any]) -> bool:
+    if cfg.math_type is not None and row.get("type") != cfg.math_type:
+        return False
+    return not cfg.levels or _math_level(row.get("level")) in cfg.levels
+
+
+def _parse(cfg: DatasetConfig, rows: Iterable[tuple[int, dict[str, Any] | None]]) -> list[Problem]:
+    """Rows to problems; malformed rows raise with their line number unless allowed."""
+    problems, bad = [], []
+    for lineno, row in rows:
+        if row is not None and cfg.source == "math" and not _keep_math_row(cfg, row):
+            continue
+        make = _gsm8k_problem if cfg.source == "gsm8k" else _math_problem
+        problem = make(cfg, lineno, row) if row is not None else None
+        if problem is None:
+            bad.append(lineno)
+        else:
+            problems.append(problem)
+    if bad and not cfg.allow_malformed:
+        where = f"{cfg.path}" if cfg.path else f"{cfg.hf_id}"
+        raise DatasetError(
+            f"dataset {cfg.name}: {len(bad)} malformed row(s) in {where} (first at line {bad[0]}: "
+            f"missing field or no extractable gold answer); fix them or set dataset.allow_malformed=true"
+        )
+    if bad:
+        print(f"dataset {cfg.name}: skipped {len(bad)} malformed row(s), first at line {bad[0]}", file=sys.stderr)
+    return problems
+
+
+def select(problems: list[Problem], limit: int | None) -> list[Problem]:
+    """``limit`` problems evenly spaced over the list (deterministic; keeps the level mix)."""
+    if limit is None or limit >= len(problems):
+        return problems
+    return [problems[i * len(problems) // limit] for i in range(limit)]
+
+
+def load_problems(cfg: DatasetConfig, limit: int | None = None) -> list[Problem]:
+    """Load the problems of ``cfg`` (all, or ``limit`` evenly spaced ones).
+
+    Raises:
+        DatasetError: unknown source, missing file, hub unreachable, malformed rows.
+    """
+    if cfg.source == "synth":
+        from harness import synth
+
+        problems = synth.generate(cfg.difficulty, cfg.split, cfg.size, cfg.seed)
+    elif cfg.source in ("gsm8k", "math"):
+        problems = _parse(cfg, _rows(cfg))
+    else:
+        raise DatasetError(f"dataset.source={cfg.source}: unknown; use gsm8k, math or synth")
+    if not problems:
+        raise DatasetError(f"dataset {cfg.name}: no problems match (check dataset.math_type / levels)")
+    return select(problems, limit)
+
+
+def self_agreement(problems: list[Problem]) -> float:
+    """Fraction of problems whose gold solution grades as correct against its gold answer."""
+    hits = sum(grade(p.gold_solution, p.gold_answer, p.answer_style).correct for p in problems)
+    return hits / len(problems)
+
+
+def main(argv: list[str]) -> int:
+    """Print problem counts and gold self-agreement for a configured dataset."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    from harness.config import compose_config
+
+    cfg = compose_config(argv)
+    try:
+        problems = load_problems(cfg.dataset, cfg.limit)
+    except DatasetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    by_difficulty = {p.difficulty for p in problems}
+    print(f"dataset:   {cfg.dataset.name} ({', '.join(sorted(by_difficulty))})")
+    print(f"problems:  {len(problems)}")
+    print(f"agreement: {self_agreement(problems):.2%} (gold solution graded against gold answer)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,67 @@
+"""The Hydra config tree composes, and bad values fail with one readable line."""
+
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness.config import CONF_DIR, ConfigError, compose_config, validate
+
+GROUPS = ("dataset", "variant", "engine")
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_option_of_every_group_composes(group):
+    for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
+        cfg = compose_config([f"{group}={option}"])
+        assert OmegaConf.select(cfg, group) is not None
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))
+def test_every_experiment_composes_and_names_all_roles(experiment):
+    cfg = compose_config([f"experiment={experiment}"])
+    assert cfg.experiment == experiment
+    assert set(cfg.models.targets) == {"base", "cot", "cod"}
+    assert set(cfg.models.drafts) >= {"cot", "cod"}
+
+
+@pytest.mark.parametrize("variant", ["base", "cot", "cod"])
+def test_default_variants_validate_at_k0(variant):
+    validate(compose_config([f"variant={variant}"]))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["spec.k=-1"], "spec.k=-1: must be >= 0"),
+        (["variant=cot", "spec.k=3"], "spec.k=3: variant cot has no draft model"),
+        (["limit=0"], "limit=0: must be > 0"),
+        (["concurrency=0"], "concurrency=0: must be >= 1"),
+        (["variant.prompt_style=verbose"], "variant.prompt_style=verbose: must be one of"),
+    ],
+)
+def test_out_of_range_values_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(compose_config(overrides))
+
+
+def test_typed_schema_rejects_wrong_type():
+    with pytest.raises(Exception, match="spec.k"):
+        compose_config(["spec.k=three"])
+
+
+def test_unknown_dataset_fails_when_composing():
+    with pytest.raises(Exception, match="dataset/nope"):
+        compose_config(["dataset=nope"])
+
+
+def test_dataset_check_cli_prints_counts_and_agreement():
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.datasets", "dataset=synth_medium", "limit=25"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "problems:  25" in out
+    assert "agreement: 100.00%" in out
