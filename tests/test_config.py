@@ -47,7 +47,7 @@ def test_out_of_range_values_name_the_key(overrides, message):
 
 
 def test_typed_schema_rejects_wrong_type():
-    with pytest.raises(Exception, match="spec.k"):
+    with pytest.raises(Exception, match=r"spec\.k"):
         compose_config(["spec.k=three"])
 
 

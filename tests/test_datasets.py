@@ -60,7 +60,7 @@ def test_malformed_rows_are_skipped_when_the_user_opts_in(tmp_path, capsys):
 
 
 def test_missing_local_file_names_the_path(tmp_path):
-    with pytest.raises(DatasetError, match="dataset.path=.*nope.jsonl: no such file"):
+    with pytest.raises(DatasetError, match=r"dataset\.path=.*nope\.jsonl: no such file"):
         load_problems(dataset(source="gsm8k", path=str(tmp_path / "nope.jsonl")))
 
 
@@ -68,7 +68,7 @@ def test_unreachable_hub_says_what_to_set(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     cfg = dataset(source="gsm8k", hf_id="draftbench-test/does-not-exist", hf_config="main")
-    with pytest.raises(DatasetError, match="set dataset.path="):
+    with pytest.raises(DatasetError, match=r"set dataset\.path="):
         load_problems(cfg)
 
 
