@@ -1,0 +1,64 @@
+"""The local tokenizer and tiny random Qwen2 models (no vLLM, seconds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import synth
+from train.tiny import TinyModelConfig, build_random_pair, qwen2_config
+from train.tokenizer import IM_END, PAD, train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    problems = synth.generate("medium", "train", 50, 0)
+    return train_tokenizer([t for p in problems for t in (p.question, *synth.solutions(p))], 400)
+
+
+def test_digits_are_split_one_by_one(tokenizer):
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer("She has 1234 coins, 56+7=63")["input_ids"])
+    digits = [t for t in tokens if any(c.isdigit() for c in t)]
+    assert digits == list("1234567" + "63")
+
+
+def test_text_round_trips(tokenizer):
+    text = "1. Mia has 12 stickers.\n2. She buys 5 more. 12 + 5 = 17.\n#### 17"
+    assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+
+
+def test_chat_prompt_is_a_prefix_of_the_full_chat_and_ends_with_eos(tokenizer):
+    prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    full = [*prompt, {"role": "assistant", "content": "#### 4"}]
+    p = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    f = tokenizer.apply_chat_template(full, tokenize=False)
+    assert f.startswith(p) and p.endswith("<|im_start|>assistant\n")
+    assert f.endswith(f"#### 4{IM_END}\n")
+    assert tokenizer.eos_token == IM_END and tokenizer.pad_token == PAD
+    assert tokenizer.eos_token_id != tokenizer.pad_token_id
+
+
+def test_model_config_uses_64_wide_heads_and_the_tokenizer_ids(tokenizer):
+    cfg = qwen2_config(
+        TinyModelConfig(hidden_size=256, num_layers=3, intermediate_size=512), tokenizer
+    )
+    assert (cfg.num_attention_heads, cfg.head_dim, cfg.vocab_size) == (4, 64, len(tokenizer))
+    assert cfg.eos_token_id == tokenizer.eos_token_id
+
+
+def test_hidden_size_not_a_multiple_of_64_is_rejected(tokenizer):
+    with pytest.raises(ValueError, match="hidden_size=96"):
+        qwen2_config(TinyModelConfig(hidden_size=96), tokenizer)
+
+
+def test_random_pair_loads_and_shares_the_tokenizer(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target, draft = build_random_pair(tmp_path)
+    t_model = AutoModelForCausalLM.from_pretrained(target)
+    d_model = AutoModelForCausalLM.from_pretrained(draft)
+    assert t_model.num_parameters() > d_model.num_parameters()
+    assert (
+        AutoTokenizer.from_pretrained(target).get_vocab()
+        == AutoTokenizer.from_pretrained(draft).get_vocab()
+    )
+    assert t_model.config.vocab_size == d_model.config.vocab_size

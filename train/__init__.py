@@ -1,0 +1,1 @@
+"""Making the models: tokenizer, tiny models, SFT, LoRA merge, distillation, builds."""
