@@ -1,0 +1,151 @@
+"""Config schemas of the training-data pipeline; values live in ``conf/data/<experiment>.yaml``.
+
+``conf/data/common.yaml`` holds what every experiment shares (teacher prompts, CoD bounds,
+Gemini and vLLM teacher settings); each experiment file names its datasets per
+difficulty, a ``train`` source and the ``eval`` split that must never leak into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from harness.config import CONF_DIR, DIFFICULTIES, ConfigError, DatasetConfig, compose_config
+from train.cod import CodBounds
+from train.teachers.base import TeacherPrompts
+from train.teachers.gemini import GeminiConfig
+from train.teachers.vllm_teacher import VllmTeacherConfig
+
+TEACHERS = ("synthetic", "gemini", "vllm")
+DEFAULT_EXPERIMENT = "tiny"
+
+
+@dataclass
+class SourceConfig:
+    """Where one difficulty's training problems come from, and its evaluation split."""
+
+    train: DatasetConfig = MISSING
+    eval: DatasetConfig = MISSING
+
+
+@dataclass
+class PromptsConfig:
+    """Teacher prompt templates (``string.Template``; see ``TeacherPrompts``)."""
+
+    cot_system: str = MISSING
+    cot_user: str = MISSING
+    cod_system: str = MISSING
+    cod_user: str = MISSING
+
+
+@dataclass
+class CodConfig:
+    """CoD bounds: the study's 3-5 steps of at most 5 words."""
+
+    min_steps: int = 3
+    max_steps: int = 5
+    max_words: int = 5
+
+
+@dataclass
+class DataConfig:
+    """One ``python -m train.data`` run: every difficulty of one experiment."""
+
+    experiment: str = MISSING
+    teacher: str = "synthetic"  # synthetic | gemini | vllm
+    datasets: dict[str, SourceConfig] = field(default_factory=dict)  # by difficulty
+    limit: int | None = None  # training problems per difficulty sent to the teacher; None = all
+    val_fraction: float = 0.05  # share of kept examples held out, chosen by problem-id hash
+    out_dir: str = "data"
+    confirm: bool = False  # gemini: accept the cost estimate without asking
+    cod: CodConfig = field(default_factory=CodConfig)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
+    gemini: GeminiConfig = field(default_factory=GeminiConfig)
+    vllm: VllmTeacherConfig = field(default_factory=VllmTeacherConfig)
+
+    def bounds(self) -> CodBounds:
+        return CodBounds(self.cod.min_steps, self.cod.max_steps, self.cod.max_words)
+
+    def teacher_prompts(self) -> TeacherPrompts:
+        return TeacherPrompts(**vars(self.prompts))
+
+
+def register_data_configs() -> None:
+    """Register the data schema in Hydra's ConfigStore (idempotent)."""
+    ConfigStore.instance().store(group="data", name="data_schema", node=DataConfig)
+
+
+def experiments() -> list[str]:
+    """Experiments with a data config (``conf/data/<name>.yaml`` other than ``common``)."""
+    return sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml") if p.stem != "common")
+
+
+def compose_data_config(overrides: list[str]) -> DataConfig:
+    """Compose, type-check and validate ``conf/data/<experiment>.yaml`` plus overrides.
+
+    ``experiment=<name>`` picks the file (default ``tiny``); the rest are Hydra overrides.
+
+    Raises:
+        ConfigError: naming the first bad key and value.
+    """
+    experiment = DEFAULT_EXPERIMENT
+    rest = []
+    for item in overrides:
+        if item.startswith("experiment="):
+            experiment = item.split("=", 1)[1]
+        else:
+            rest.append(item)
+    if experiment not in experiments():
+        raise ConfigError(
+            f"experiment={experiment}: no conf/data/{experiment}.yaml; known: {', '.join(experiments())}"
+        )
+    register_data_configs()
+    cfg: DictConfig = compose_config(rest, config_name=f"data/{experiment}")
+    data: DataConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    validate_data(data)
+    return data
+
+
+def _check(ok: bool, key: str, value: object, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value}: {why}")
+
+
+def validate_data(cfg: DataConfig) -> None:
+    """Range and cross-field checks that types cannot express."""
+    _check(cfg.teacher in TEACHERS, "teacher", cfg.teacher, f"must be one of {', '.join(TEACHERS)}")
+    _check(bool(cfg.datasets), "datasets", "{}", "name at least one difficulty")
+    _check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
+    _check(0 <= cfg.val_fraction < 1, "val_fraction", cfg.val_fraction, "must be in [0, 1)")
+    for difficulty, source in cfg.datasets.items():
+        _check(
+            difficulty in DIFFICULTIES,
+            "datasets",
+            difficulty,
+            f"keys must be {', '.join(DIFFICULTIES)}",
+        )
+        _check(
+            source.train.split != source.eval.split or source.train.path != source.eval.path,
+            f"datasets.{difficulty}.train.split",
+            source.train.split,
+            "train and eval read the same split",
+        )
+        _check(
+            cfg.teacher != "synthetic" or source.train.source == "synth",
+            "teacher",
+            cfg.teacher,
+            f"the synthetic teacher only solves synth datasets, not {source.train.name}",
+        )
+    _check(
+        cfg.teacher != "vllm" or bool(cfg.vllm.model),
+        "vllm.model",
+        cfg.vllm.model,
+        "required for teacher=vllm",
+    )
+    try:
+        cfg.bounds()
+        cfg.teacher_prompts()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
