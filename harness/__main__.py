@@ -1,0 +1,67 @@
+"""Run benchmark jobs: one job = (variant, dataset, spec.k, concurrency, seed, temperature).
+
+    python -m harness variant=cot_sd dataset=synth_easy spec.k=3 limit=20
+    python -m harness -m                       # the experiment's grid (hydra.sweeper.params)
+    python -m harness -m spec.k=1,3,5 dataset=gsm8k variant=cot_sd
+    python -m harness ... force=true           # re-run jobs whose results exist
+
+The ``engine`` group defaults to ``cpu``; when no ``engine=`` override is given and a
+CUDA GPU is visible, ``engine=cuda`` is appended to the overrides.
+
+Results go to ``<results_dir>/<sweep>/<job>/`` (requests.parquet, summary.json,
+.hydra/); Hydra's own run directories to ``<results_dir>/<sweep>/.hydra/``. A job with
+complete results for the same resolved config is skipped. Bad input prints
+``error: <message>`` and exits with status 2 before any engine starts. In a multirun a
+failing job is appended to ``<results_dir>/<sweep>/failures.jsonl`` and the sweep goes
+on; a single run re-raises.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from harness.config import register_configs
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    """Run the composed job (Hydra calls this once per job of a multirun)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from harness import results
+    from harness.checks import exit_on_bad_input
+    from harness.job import run_job
+
+    hydra_cfg = HydraConfig.get()
+    hydra_dir = Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir
+    try:
+        with exit_on_bad_input():
+            run_job(cfg, hydra_dir)
+    except Exception as exc:
+        name = results.job_name(cfg)
+        results.append_failure(results.sweep_dir(cfg), name, results.config_hash(cfg), exc)
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            raise
+        print(
+            f"job {name} failed ({type(exc).__name__}: {exc}); see failures.jsonl", file=sys.stderr
+        )
+
+
+def with_engine_override(argv: list[str], cuda_visible: bool) -> list[str]:
+    """``argv`` plus ``engine=cuda`` when a GPU is visible and no engine group was chosen."""
+    chosen = any(arg.split("=", 1)[0].lstrip("+") == "engine" for arg in argv[1:])
+    return argv if chosen or not cuda_visible else [*argv, "engine=cuda"]
+
+
+if __name__ == "__main__":
+    import torch
+
+    sys.argv = with_engine_override(sys.argv, torch.cuda.is_available())
+    main()

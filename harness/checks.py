@@ -1,0 +1,101 @@
+"""Input checks that need the file system or a tokenizer (config-only ones: ``config.validate``).
+
+Each raises :class:`ConfigError` with one line naming the bad key and value, before
+any engine starts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from harness.config import ConfigError
+
+
+def looks_local(name: str) -> bool:
+    """True for a path on disk; False for a Hugging Face id (``org/name``).
+
+    Absolute, ``./``, ``../`` and ``~`` paths and anything with two or more slashes are
+    local, as is any name that exists on disk.
+    """
+    return (
+        Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.count("/") >= 2
+    )
+
+
+def resolve_model(name: str) -> str:
+    """An absolute path for a local model directory; a hub id unchanged."""
+    return str(Path(name).expanduser().resolve()) if looks_local(name) else name
+
+
+def check_model_dir(key: str, name: str) -> None:
+    """A local model name must be an existing directory."""
+    if looks_local(name) and not Path(name).expanduser().is_dir():
+        raise ConfigError(f"{key}={name}: model directory not found")
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(name: str) -> Any:
+    """The Hugging Face tokenizer of a model directory or hub id (cached)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"model {name}: cannot load its tokenizer ({type(exc).__name__})"
+        ) from None
+
+
+def _config_vocab_size(name: str) -> int | None:
+    path = Path(name) / "config.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text()).get("vocab_size")
+
+
+def check_same_vocab(target: str, draft: str) -> None:
+    """Draft and target must share the tokenizer and the embedding size (vLLM's rule)."""
+    t_vocab, d_vocab = load_tokenizer(target).get_vocab(), load_tokenizer(draft).get_vocab()
+    if t_vocab != d_vocab:
+        differ = len(t_vocab.items() ^ d_vocab.items())
+        raise ConfigError(
+            f"draft={draft}: its tokenizer differs from target {target}'s "
+            f"({len(d_vocab)} vs {len(t_vocab)} tokens, {differ} entries differ)"
+        )
+    t_size, d_size = _config_vocab_size(target), _config_vocab_size(draft)
+    if t_size != d_size:
+        raise ConfigError(
+            f"draft={draft}: vocab_size {d_size} differs from target {target}'s {t_size}; "
+            "vLLM needs equal embedding sizes"
+        )
+
+
+def check_prompt_lengths(
+    prompt_lengths: dict[str, int], max_tokens: int, max_model_len: int
+) -> None:
+    """Every prompt plus ``max_tokens`` must fit in ``max_model_len``."""
+    problem_id, longest = max(prompt_lengths.items(), key=lambda item: item[1])
+    if longest + max_tokens > max_model_len:
+        raise ConfigError(
+            f"engine.max_model_len={max_model_len}: problem {problem_id} needs "
+            f"{longest} prompt + {max_tokens} max_tokens = {longest + max_tokens} tokens; "
+            "raise engine.max_model_len or lower max_tokens"
+        )
+
+
+@contextmanager
+def exit_on_bad_input() -> Iterator[None]:
+    """Turn ConfigError / DatasetError into ``error: <message>`` on stderr and exit status 2."""
+    from harness.datasets import DatasetError
+
+    try:
+        yield
+    except (ConfigError, DatasetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

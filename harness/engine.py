@@ -1,0 +1,130 @@
+"""vLLM engines: what determines one (EngineSpec) and the one-engine-per-process cache.
+
+An engine is ``vllm.LLM(target, speculative_config={"method": "draft_model", ...})``
+built from an :class:`EngineSpec`. Jobs of a multirun that share a spec (different
+datasets, seeds, limits, temperatures, concurrency) reuse one engine; :func:`get` with
+another spec shuts the live engine down first, so only one exists and its memory
+returns. Seeds are per request (``SamplingParams.seed``), so they are not part of the
+spec. :func:`clear` shuts down the live engine (tests call it).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from harness.checks import resolve_model
+
+# Per-step accepted/drafted arrays make rejection_tokens possible; cost: two ints per step.
+SPEC_METRICS_LEVEL = "detailed"
+WARMUP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything that determines an engine: models, K and the engine settings."""
+
+    target: str
+    draft: str | None  # None when k == 0: no draft model is loaded
+    k: int
+    settings: tuple[tuple[str, Any], ...]  # the ``engine`` config group, sorted
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> EngineSpec:
+        """The spec of a composed job config (model paths resolved to absolute paths)."""
+        from omegaconf import OmegaConf
+
+        k = cfg.spec.k
+        draft = cfg.models.drafts[cfg.variant.draft] if k > 0 else None
+        settings = OmegaConf.to_container(cfg.engine, resolve=True)
+        return cls(
+            target=resolve_model(cfg.models.targets[cfg.variant.target]),
+            draft=resolve_model(draft) if draft else None,
+            k=k,
+            settings=tuple(sorted(settings.items())),
+        )
+
+    def llm_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``vllm.LLM`` for this spec."""
+        s = dict(self.settings)
+        kwargs: dict[str, Any] = {
+            "model": self.target,
+            "dtype": s["dtype"],
+            "max_model_len": s["max_model_len"],
+            "gpu_memory_utilization": s["gpu_memory_utilization"],
+            "tensor_parallel_size": s["tensor_parallel_size"],
+            "enforce_eager": s["enforce_eager"],
+            "max_num_seqs": s["max_num_seqs"],
+            "enable_prefix_caching": s["enable_prefix_caching"],
+            "disable_log_stats": False,  # keeps the spec_decode counters in get_metrics()
+        }
+        if self.k > 0:
+            spec: dict[str, Any] = {
+                "method": "draft_model",
+                "model": self.draft,
+                "num_speculative_tokens": self.k,
+            }
+            if s.get("draft_tensor_parallel_size") is not None:
+                spec["draft_tensor_parallel_size"] = s["draft_tensor_parallel_size"]
+            kwargs["speculative_config"] = spec
+            kwargs["per_request_spec_decode_metrics"] = SPEC_METRICS_LEVEL
+        return kwargs
+
+    def env(self) -> dict[str, str]:
+        """Environment variables the engine reads at start (CPU KV cache size in GiB)."""
+        space = dict(self.settings).get("cpu_kvcache_space_gib")
+        return {"VLLM_CPU_KVCACHE_SPACE": str(space)} if space is not None else {}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A live engine: its spec, the ``vllm.LLM`` and how long it took to start (s)."""
+
+    spec: EngineSpec
+    llm: Any
+    start_s: float
+
+
+_live: Engine | None = None
+_launches = 0
+
+
+def launches() -> int:
+    """Engines started in this process so far."""
+    return _launches
+
+
+def get(spec: EngineSpec) -> tuple[Engine, bool]:
+    """The engine for ``spec`` and whether it was reused; starts (and warms up) one if needed."""
+    global _live, _launches
+    if _live is not None and _live.spec == spec:
+        return _live, True
+    clear()
+    from vllm import LLM, SamplingParams
+
+    os.environ.update(spec.env())
+    tic = time.perf_counter()
+    llm = LLM(**spec.llm_kwargs())
+    warmup = SamplingParams(temperature=0.0, max_tokens=WARMUP_TOKENS, ignore_eos=True)
+    llm.generate([{"prompt_token_ids": [0, 1, 2, 3]}], warmup, use_tqdm=False)
+    _live = Engine(spec, llm, time.perf_counter() - tic)
+    _launches += 1
+    return _live, False
+
+
+def clear() -> None:
+    """Shut down the live engine (if any) and release its memory."""
+    global _live
+    if _live is None:
+        return
+    engine, _live = _live, None
+    engine.llm.llm_engine.engine_core.shutdown()
+    del engine
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,191 @@
+"""Pure metric functions: latency, speculative-decoding acceptance, losslessness.
+
+No I/O and no engine: every function takes plain numbers, lists or vLLM's plain data
+objects and returns numbers. Definitions (also in the README):
+
+- TPOT (s/token) = (e2e - TTFT) / (output tokens - 1), undefined for one-token outputs
+  (vLLM ``benchmarks/serve.py``).
+- acceptance rate = accepted draft tokens / proposed draft tokens.
+- mean acceptance length (tokens/verify step) = 1 + accepted / verify steps; the bonus
+  token the target emits at every step counts.
+
+The analytical model (expected tokens per step, predicted speedup) is ``reports.theory``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+# vLLM's global speculative-decoding counters (``LLM.get_metrics()``).
+NUM_DRAFTS = "vllm:spec_decode_num_drafts"
+NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+NUM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+@dataclass(frozen=True)
+class SpecCounts:
+    """Speculative-decoding counts over some set of verify steps.
+
+    ``num_steps`` is vLLM's ``num_drafts`` (one per verify step); ``accepted_per_pos[i]``
+    counts steps whose draft token at position ``i`` was accepted.
+    """
+
+    num_steps: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_pos: tuple[int, ...]
+
+    def to_row(self) -> dict[str, object]:
+        """The summary's ``spec`` block: counts plus the two derived rates."""
+        return {
+            "num_drafts": self.num_steps,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "accepted_per_pos": list(self.accepted_per_pos),
+            "acceptance_rate": acceptance_rate(self.num_accepted_tokens, self.num_draft_tokens),
+            "mean_acceptance_length": mean_acceptance_length(
+                self.num_accepted_tokens, self.num_steps
+            ),
+        }
+
+
+def tpot(e2e_s: float, ttft_s: float, output_tokens: int) -> float | None:
+    """Time per output token after the first (s/token); None for outputs of < 2 tokens."""
+    if output_tokens < 2:
+        return None
+    return (e2e_s - ttft_s) / (output_tokens - 1)
+
+
+def acceptance_rate(accepted: int, drafted: int) -> float | None:
+    """Accepted / proposed draft tokens, in [0, 1]; None when nothing was proposed."""
+    return accepted / drafted if drafted else None
+
+
+def mean_acceptance_length(accepted: int, steps: int) -> float | None:
+    """Tokens emitted per verify step = 1 + accepted / steps; None without steps."""
+    return 1.0 + accepted / steps if steps else None
+
+
+def counts_from_histogram(histogram: Sequence[int], num_draft_tokens: int) -> SpecCounts:
+    """Counts of one request from vLLM's histogram (``histogram[j]`` = steps accepting j).
+
+    A step that accepted ``j`` drafts accepted positions ``0 .. j-1``, so position ``i``
+    was accepted in ``sum(histogram[i+1:])`` steps.
+    """
+    k = len(histogram) - 1
+    return SpecCounts(
+        num_steps=sum(histogram),
+        num_draft_tokens=num_draft_tokens,
+        num_accepted_tokens=sum(j * n for j, n in enumerate(histogram)),
+        accepted_per_pos=tuple(sum(histogram[i + 1 :]) for i in range(k)),
+    )
+
+
+def total_counts(counts: Iterable[SpecCounts]) -> SpecCounts:
+    """Element-wise sum of per-request counts (positions padded to the longest)."""
+    counts = list(counts)
+    k = max((len(c.accepted_per_pos) for c in counts), default=0)
+    per_pos = [0] * k
+    for c in counts:
+        for i, n in enumerate(c.accepted_per_pos):
+            per_pos[i] += n
+    return SpecCounts(
+        num_steps=sum(c.num_steps for c in counts),
+        num_draft_tokens=sum(c.num_draft_tokens for c in counts),
+        num_accepted_tokens=sum(c.num_accepted_tokens for c in counts),
+        accepted_per_pos=tuple(per_pos),
+    )
+
+
+def counts_from_snapshot(metrics: Iterable[object]) -> SpecCounts | None:
+    """vLLM's global spec counters from ``LLM.get_metrics()``, summed over label sets.
+
+    None when the engine reports no speculative-decoding counters (plain decoding).
+    """
+    scalars: dict[str, int] = {}
+    per_pos: list[int] = []
+    for m in metrics:
+        name = getattr(m, "name", None)
+        if name in (NUM_DRAFTS, NUM_DRAFT_TOKENS, NUM_ACCEPTED):
+            scalars[name] = scalars.get(name, 0) + int(m.value)
+        elif name == ACCEPTED_PER_POS:
+            values = [int(v) for v in m.values]
+            per_pos = [a + b for a, b in zip(per_pos, values, strict=False)] + values[
+                len(per_pos) :
+            ]
+    if NUM_DRAFTS not in scalars:
+        return None
+    return SpecCounts(
+        num_steps=scalars[NUM_DRAFTS],
+        num_draft_tokens=scalars.get(NUM_DRAFT_TOKENS, 0),
+        num_accepted_tokens=scalars.get(NUM_ACCEPTED, 0),
+        accepted_per_pos=tuple(per_pos),
+    )
+
+
+def counts_delta(before: SpecCounts | None, after: SpecCounts | None) -> SpecCounts | None:
+    """``after - before`` of global counters (the engine is reused across jobs)."""
+    if after is None:
+        return None
+    if before is None:
+        return after
+    return SpecCounts(
+        num_steps=after.num_steps - before.num_steps,
+        num_draft_tokens=after.num_draft_tokens - before.num_draft_tokens,
+        num_accepted_tokens=after.num_accepted_tokens - before.num_accepted_tokens,
+        accepted_per_pos=tuple(
+            a - (before.accepted_per_pos[i] if i < len(before.accepted_per_pos) else 0)
+            for i, a in enumerate(after.accepted_per_pos)
+        ),
+    )
+
+
+def counter_mismatch(per_request: SpecCounts, engine: SpecCounts) -> str | None:
+    """None when the per-request sums equal the engine's counters, else what differs."""
+    fields = ("num_steps", "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos")
+    diffs = [
+        f"{f}: requests {getattr(per_request, f)} vs engine {getattr(engine, f)}"
+        for f in fields
+        if getattr(per_request, f) != getattr(engine, f)
+    ]
+    return "; ".join(diffs) or None
+
+
+def rejected_positions(
+    per_step_accepted: Sequence[int], per_step_drafted: Sequence[int], num_output_tokens: int
+) -> list[int]:
+    """Indices into the output tokens of the target's correction at each rejection.
+
+    The first output token comes from prefill; each verify step then emits its
+    ``accepted`` draft tokens plus one token of the target's own, which replaces the
+    first rejected draft when ``accepted < drafted``. Positions past the end of the
+    output (a last step cut by a stop condition) are dropped.
+    """
+    positions = []
+    end = 1
+    for accepted, drafted in zip(per_step_accepted, per_step_drafted, strict=True):
+        end += accepted + 1
+        if accepted < drafted and end - 1 < num_output_tokens:
+            positions.append(end - 1)
+    return positions
+
+
+def output_hash(token_ids: Sequence[int]) -> str:
+    """Short stable digest of an output's token ids (equal ids <=> equal hash)."""
+    return hashlib.sha256(",".join(map(str, token_ids)).encode()).hexdigest()[:16]
+
+
+def lossless_fraction(hashes: Mapping[str, str], baseline: Mapping[str, str]) -> float | None:
+    """Fraction of shared problem ids whose output equals the baseline's; None if none shared."""
+    shared = hashes.keys() & baseline.keys()
+    if not shared:
+        return None
+    return sum(hashes[i] == baseline[i] for i in shared) / len(shared)
+
+
+def tokens_per_s(tokens: int, seconds: float) -> float:
+    """Throughput in tokens/s; 0 for an empty interval."""
+    return tokens / seconds if seconds > 0 else 0.0

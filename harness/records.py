@@ -1,0 +1,130 @@
+"""The records a job produces: one RequestRecord per problem and one RunSummary.
+
+``to_row()`` is the only route to disk: a RequestRecord row is one line of the tidy
+request table (``requests.parquet``), a RunSummary row is ``summary.json``. Spec fields
+are None when the job ran without speculation (k = 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from harness.metrics import SpecCounts, counts_from_histogram
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What identifies a job in every row: (variant, dataset, k, concurrency, seed, temperature)."""
+
+    sweep_id: str
+    run_id: str
+    experiment: str
+    variant: str
+    target: str
+    draft: str | None
+    k: int
+    dataset: str
+    difficulty: str
+    prompt_style: str
+    temperature: float
+    seed: int
+    concurrency: int
+
+    def to_row(self) -> dict[str, Any]:
+        """Flat dict of the job columns."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One problem sent through the engine: tokens, answer, latency, acceptance."""
+
+    job: JobInfo
+    problem_id: str
+    prompt_tokens: int
+    output_tokens: int
+    finish_reason: str | None
+    pred_answer: str
+    gold_answer: str
+    correct: bool
+    extractor: str
+    ttft_s: float
+    e2e_s: float
+    tpot_s: float | None
+    num_spec_steps: int | None
+    num_draft_tokens: int | None
+    num_accepted_tokens: int | None
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    acceptance_histogram: tuple[int, ...] | None
+    output_hash: str
+    output_token_ids: tuple[int, ...]
+    rejection_tokens: tuple[str, ...] | None
+
+    @property
+    def spec_counts(self) -> SpecCounts | None:
+        """This request's verify steps, drafted and accepted tokens (None at k = 0)."""
+        if self.acceptance_histogram is None or self.num_draft_tokens is None:
+            return None
+        return counts_from_histogram(self.acceptance_histogram, self.num_draft_tokens)
+
+    def to_row(self) -> dict[str, Any]:
+        """One row of the tidy request table (lists for the sequence columns)."""
+        row = self.job.to_row()
+        for f in fields(self):
+            if f.name == "job":
+                continue
+            value = getattr(self, f.name)
+            row[f.name] = list(value) if isinstance(value, tuple) else value
+        return row
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One finished job: config, provenance, timings, throughput and engine counters."""
+
+    job: JobInfo
+    config: dict[str, Any]
+    config_hash: str
+    versions: dict[str, str | None]
+    hardware: dict[str, Any]
+    engine_start_s: float
+    engine_reused: bool
+    engine_launches: int
+    wall_s: float
+    num_requests: int
+    output_tokens: int
+    output_tokens_per_s: float
+    spec: SpecCounts | None
+    counter_mismatch: str | None
+    lossless_fraction: float | None
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``summary.json`` object; ``complete`` marks a fully written job."""
+        row: dict[str, Any] = {"sweep_id": self.job.sweep_id, "run_id": self.job.run_id}
+        row["complete"] = True
+        row.update(self.job.to_row())
+        for f in fields(self):
+            if f.name != "job":
+                row[f.name] = getattr(self, f.name)
+        row["spec"] = self.spec.to_row() if self.spec else None
+        return row
+
+    def headline(self) -> str:
+        """One line for the terminal."""
+        text = (
+            f"{self.job.run_id}: {self.num_requests} requests, "
+            f"{self.output_tokens_per_s:.1f} tok/s, wall {self.wall_s:.1f}s"
+        )
+        if self.spec:
+            spec = self.spec.to_row()
+            text += (
+                f", acceptance {spec['acceptance_rate'] or 0:.3f}, "
+                f"mean acceptance length {spec['mean_acceptance_length'] or 0:.2f}"
+            )
+        if self.lossless_fraction is not None:
+            text += f", lossless {self.lossless_fraction:.3f}"
+        if self.counter_mismatch:
+            text += f" [counter mismatch: {self.counter_mismatch}]"
+        return text

@@ -1,0 +1,104 @@
+"""Planning a multirun: which of the composed combinations run, and in what order.
+
+The Hydra plugin (``hydra_plugins/draftbench_sweeper``) expands the grid like Hydra's
+BasicSweeper, composes every combination and hands them to :func:`plan`, which
+
+- drops combinations with ``spec.k > 0`` for a variant without a draft;
+- drops ``k = 0`` jobs of a variant with a draft when the sweep also has the draftless
+  variant of the same target and prompt style (the same baseline twice);
+- orders jobs so each engine spec's jobs are consecutive (one engine launch per spec),
+  the k = 0 specs first (their outputs are the losslessness reference), and the
+  dataset varies fastest within a spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.config import validate
+from harness.engine import EngineSpec
+from harness.results import resolved_config
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The jobs to launch, in order, and what was dropped."""
+
+    jobs: list[list[str]]
+    no_draft: int
+    duplicate_baselines: int
+
+    def note(self) -> str | None:
+        """One line on the dropped combinations; None when nothing was dropped."""
+        dropped = self.no_draft + self.duplicate_baselines
+        if not dropped:
+            return None
+        return (
+            f"sweep: running {len(self.jobs)} of {len(self.jobs) + dropped} combinations; dropped "
+            f"{self.no_draft} with spec.k>0 for a variant without a draft and "
+            f"{self.duplicate_baselines} k=0 runs of *_sd variants that repeat their draftless "
+            "variant's baseline"
+        )
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _baseline_identity(cfg: Any) -> str:
+    """What a k = 0 job computes: its config with the variant reduced to target and style."""
+    config = resolved_config(cfg)
+    config["variant"] = {"target": cfg.variant.target, "prompt_style": cfg.variant.prompt_style}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
+    """Filter and order ``(overrides, composed config)`` pairs (see the module docstring).
+
+    Raises:
+        ConfigError: a kept combination has another bad value.
+    """
+    runnable = [(list(o), c) for o, c in jobs if c.spec.k == 0 or c.variant.draft is not None]
+    for _, cfg in runnable:
+        validate(cfg)
+    draftless = {
+        _baseline_identity(c) for _, c in runnable if c.spec.k == 0 and c.variant.draft is None
+    }
+    kept = [
+        (o, c)
+        for o, c in runnable
+        if not (
+            c.spec.k == 0 and c.variant.draft is not None and _baseline_identity(c) in draftless
+        )
+    ]
+
+    first: dict[Any, int] = {}
+
+    def rank(value: Any) -> int:
+        return first.setdefault(value, len(first))
+
+    keyed = []
+    for overrides, cfg in kept:
+        spec = EngineSpec.from_config(cfg)
+        rest = tuple(o for o in overrides if _key(o) != "dataset")
+        keyed.append(
+            (
+                (
+                    spec.k > 0,
+                    rank(("spec", spec)),
+                    rank(("rest", rest)),
+                    rank(("data", cfg.dataset.name)),
+                ),
+                overrides,
+            )
+        )
+    ordered = [overrides for _, overrides in sorted(keyed, key=lambda item: item[0])]
+    return Plan(
+        jobs=ordered,
+        no_draft=len(jobs) - len(runnable),
+        duplicate_baselines=len(runnable) - len(kept),
+    )

@@ -1,0 +1,51 @@
+"""draftbench's Hydra sweeper: BasicSweeper's grid, filtered and ordered by ``harness.sweeper``.
+
+Hydra only instantiates plugins that live in the ``hydra_plugins`` namespace package;
+the planning logic is :func:`harness.sweeper.plan`. Selected by
+``conf/hydra/sweeper/draftbench.yaml``. Every kept job is checked (models, tokenizers,
+prompt lengths) before the first one starts; bad input prints ``error: <message>`` and
+exits with status 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.types import Override
+from omegaconf import open_dict, read_write
+
+
+class DraftbenchSweeper(BasicSweeper):
+    """BasicSweeper whose job list comes from :func:`harness.sweeper.plan`."""
+
+    def _compose(self, overrides: list[str]) -> Any:
+        assert self.hydra_context is not None and self.config is not None
+        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with read_write(cfg), open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
+
+    def split_arguments(  # type: ignore[override]
+        self, overrides: list[Override], max_batch_size: int | None
+    ) -> list[list[list[str]]]:
+        from harness import results
+        from harness.checks import exit_on_bad_input
+        from harness.runner import prepare
+        from harness.sweeper import plan
+
+        (grid,) = BasicSweeper.split_arguments(overrides, None)
+        composed = [(job, self._compose(job)) for job in grid]
+        configs = {tuple(o): c for o, c in composed}
+        with exit_on_bad_input():
+            planned = plan(composed)
+            if planned.note():
+                print(planned.note())
+            for job in planned.jobs:
+                cfg = configs[tuple(job)]
+                done = results.sweep_dir(cfg) / results.job_name(cfg)
+                if cfg.force or not results.is_complete(done, results.config_hash(cfg)):
+                    prepare(cfg)
+        if not planned.jobs:
+            return []
+        return list(BasicSweeper.split_overrides_to_chunks(planned.jobs, max_batch_size))
