@@ -1,0 +1,77 @@
+"""``python -m reports``: figures, tables and REPORT.md from every stored run.
+
+    python -m reports                               # every sweep under results/
+    python -m reports --sweep tiny --name tiny      # one sweep
+    python -m reports --results-dir results --out-dir reports/out --bootstrap 2000
+
+Writes ``<out-dir>/<name>/REPORT.md``, ``figures/*.png``, ``aggregates.csv``, ``fits.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from reports import bootstrap
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    """The report's command-line options."""
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=Path("results"),
+        help="where the harness wrote results/<sweep>/<job>/ (default: results)",
+    )
+    parser.add_argument(
+        "--sweep",
+        action="append",
+        dest="sweeps",
+        metavar="NAME",
+        help="a sweep to include (repeatable; default: every sweep)",
+    )
+    parser.add_argument(
+        "--name", help="report name (default: the sweep names joined by '+', or 'all')"
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("reports/out"),
+        help="parent of the report directory (default: reports/out)",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        type=int,
+        default=bootstrap.N_BOOT,
+        metavar="N",
+        help=f"bootstrap replicates per interval (default: {bootstrap.N_BOOT})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Build the report; print where it went. Returns the exit code."""
+    from reports.report import make_report
+
+    if args.bootstrap < 10:
+        print(f"error: --bootstrap={args.bootstrap}: use at least 10 replicates", file=sys.stderr)
+        return 2
+    name = args.name or ("+".join(args.sweeps) if args.sweeps else "all")
+    try:
+        path = make_report(
+            args.results_dir, args.out_dir / name, args.sweeps, args.bootstrap, args.seed
+        )
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    first = path.read_text().split("\n\n")[1]
+    print(first)
+    return 0
+
+
+if __name__ == "__main__":
+    cli = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n")[0])
+    add_cli_args(cli)
+    sys.exit(main(cli.parse_args()))

@@ -1,0 +1,295 @@
+"""Aggregates of the request table per (variant, dataset, K, concurrency), with 95% CIs.
+
+A group is one configuration of one sweep (:data:`GROUP`); its seeds pool. Statistics
+(:data:`RATIOS`) are ratios of sums with percentile-bootstrap intervals over problems
+(:mod:`reports.bootstrap`). Speedups compare a group with the K = 0 runs of the same
+target, prompt style, dataset, temperature and concurrency in the same sweep
+(:data:`BASELINE`), by a paired bootstrap over their problems:
+
+- speedup_tpot = baseline mean TPOT / mean TPOT
+- speedup_e2e = baseline mean e2e latency / mean e2e latency
+- speedup_tokens_per_s = tokens/s / baseline tokens/s (tokens/s = output tokens / e2e)
+
+Per-request spec counters give the per-position acceptance: position i was tried in
+the steps that accepted drafts 1..i-1 and passed in those that accepted 1..i.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from reports import bootstrap
+
+GROUP = (
+    "sweep_id", "target", "variant", "draft", "prompt_style", "dataset", "difficulty",
+    "temperature", "concurrency", "k",
+)  # fmt: skip
+BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k"))
+DIFFICULTY_ORDER = {"easy": 0, "medium": 1, "hard": 2}
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A statistic sum(num) / sum(den) over requests (+ ``offset``), in ``unit``."""
+
+    name: str
+    num: str
+    den: str
+    unit: str = ""
+    offset: float = 0.0
+
+
+RATIOS = (
+    Ratio("accuracy", "correct", "n"),
+    Ratio("output_tokens", "output_tokens", "n", "tokens"),
+    Ratio("acceptance_rate", "num_accepted_tokens", "num_draft_tokens"),
+    Ratio("mean_acceptance_length", "num_accepted_tokens", "num_spec_steps", "tokens/step", 1.0),
+    Ratio("alpha", "num_accepted_tokens", "position_attempts"),  # MLE of per-token acceptance
+    Ratio("ttft_s", "ttft_s", "n_ttft", "s"),
+    Ratio("tpot_s", "tpot_s", "n_tpot", "s"),
+    Ratio("e2e_s", "e2e_s", "n", "s"),
+    Ratio("tokens_per_s", "output_tokens", "e2e_s", "tokens/s"),
+)
+# speedup name -> the time statistic whose baseline / variant ratio it is
+SPEEDUPS = {
+    "speedup_tpot": Ratio("tpot", "tpot_s", "n_tpot"),
+    "speedup_e2e": Ratio("e2e", "e2e_s", "n"),
+    "speedup_tokens_per_s": Ratio("s_per_token", "e2e_s", "output_tokens"),
+}
+SUMMED = tuple(dict.fromkeys(c for r in (*RATIOS, *SPEEDUPS.values()) for c in (r.num, r.den)))
+
+
+def position_counts(histograms: pd.Series) -> pd.DataFrame:
+    """Per request and draft position i = 1..K: steps that tried i and steps that passed it.
+
+    ``histograms[r][j]`` counts request r's verify steps that accepted exactly j drafts;
+    with S_j = sum of counts at j and above, position i passed S_i times out of S_(i-1).
+
+    Returns:
+        Columns ``row`` (position in ``histograms``), ``position``, ``reached``, ``accepted``.
+    """
+    lists = pa.chunked_array(pa.array(histograms.array)).combine_chunks()
+    lengths = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    values = lists.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    seg = np.repeat(np.arange(len(lengths)), lengths)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    before = np.concatenate([[0], np.cumsum(values)[:-1]])  # exclusive running sum
+    totals = np.bincount(seg, weights=values, minlength=len(lengths)).astype(np.int64)
+    suffix = totals[seg] - (before - before[starts[seg]])  # S_j
+    j = np.arange(len(values)) - starts[seg]
+    keep = np.flatnonzero(j >= 1)
+    return pd.DataFrame(
+        {
+            "row": seg[keep],
+            "position": j[keep],
+            "reached": suffix[keep] + values[keep - 1],
+            "accepted": suffix[keep],
+        }
+    )
+
+
+def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
+    """The request table plus the numeric columns :data:`SUMMED` names, nulls as 0."""
+    df = requests.copy()
+    df["n"] = 1.0
+    df["n_ttft"] = df["ttft_s"].notna().astype(float)
+    df["n_tpot"] = df["tpot_s"].notna().astype(float)
+    pos = position_counts(df["acceptance_histogram"])
+    df["position_attempts"] = np.bincount(pos["row"], weights=pos["reached"], minlength=len(df))
+    for col in SUMMED:
+        df[col] = df[col].astype(float).fillna(0.0)
+    return df
+
+
+def problem_sums(df: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFrame:
+    """Sums of :data:`SUMMED` per (keys, problem_id): seeds and repeats pool."""
+    return df.groupby([*keys, "problem_id"], sort=True, dropna=False)[list(SUMMED)].sum()
+
+
+def ratio_arrays(sums: pd.DataFrame, ratios: tuple[Ratio, ...]) -> tuple[np.ndarray, np.ndarray]:
+    return sums[[r.num for r in ratios]].to_numpy(), sums[[r.den for r in ratios]].to_numpy()
+
+
+def _ci_columns(names: list[str], point, lo, hi) -> dict[str, float]:
+    row = {}
+    for name, p, low, high in zip(names, point, lo, hi, strict=True):
+        row |= {name: p, f"{name}_lo": low, f"{name}_hi": high}
+    return row
+
+
+def _group_stats(sums: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
+    offsets = np.array([r.offset for r in RATIOS])
+    rows = []
+    for key, g in sums.groupby(level=list(GROUP), sort=True, dropna=False):
+        point, lo, hi = bootstrap.ratio(
+            *ratio_arrays(g, RATIOS), n_boot, bootstrap.rng_for(seed, key)
+        )
+        stats = _ci_columns([r.name for r in RATIOS], point + offsets, lo + offsets, hi + offsets)
+        rows.append({**dict(zip(GROUP, key, strict=True)), "n_problems": len(g), **stats})
+    return pd.DataFrame(rows)
+
+
+def _speedups(sums: pd.DataFrame, base: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
+    """Paired speedups of every group over its K = 0 baseline (NaN without one)."""
+    ratios = tuple(SPEEDUPS.values())
+    base_groups = dict(iter(base.groupby(level=list(BASELINE), sort=False, dropna=False)))
+    rows = []
+    for key, g in sums.groupby(level=list(GROUP), sort=True, dropna=False):
+        labels = dict(zip(GROUP, key, strict=True))
+        b = base_groups.get(tuple(labels[c] for c in BASELINE))
+        if b is None:
+            rows.append(labels)
+            continue
+        g, b = g.droplevel(list(GROUP)), b.droplevel(list(BASELINE))
+        problems = g.index.union(b.index)
+        g, b = g.reindex(problems, fill_value=0.0), b.reindex(problems, fill_value=0.0)
+        point, lo, hi = bootstrap.paired(
+            ratio_arrays(g, ratios),
+            ratio_arrays(b, ratios),
+            "ratio",
+            n_boot,
+            bootstrap.rng_for(seed, key),
+        )
+        rows.append({**labels, **_ci_columns(list(SPEEDUPS), point, lo, hi)})
+    names = [f"{s}{end}" for s in SPEEDUPS for end in ("", "_lo", "_hi")]
+    return pd.DataFrame(rows, columns=[*GROUP, *names])
+
+
+def _run_stats(runs: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:
+    """Run-level columns per group: runs, seeds, throughput, lossless fraction."""
+    runs = runs.astype({c: keys[c].dtype for c in GROUP})
+    cols = {"lossless_fraction": np.nan, "output_tokens_per_s": np.nan}
+    runs = runs.assign(**{c: runs.get(c, v) for c, v in cols.items()})
+    return (
+        runs.groupby(list(GROUP), sort=True, dropna=False)
+        .agg(
+            n_runs=("run_id", "size"),
+            seeds=("seed", lambda s: ",".join(str(x) for x in sorted(set(s)))),
+            throughput_tok_s=("output_tokens_per_s", "mean"),
+            lossless_fraction=("lossless_fraction", "mean"),
+        )
+        .reset_index()
+    )
+
+
+def aggregate(
+    requests: pd.DataFrame, runs: pd.DataFrame, n_boot: int = bootstrap.N_BOOT, seed: int = 0
+) -> pd.DataFrame:
+    """One row per :data:`GROUP`: every :data:`RATIOS` statistic and speedup with its CI,
+    e2e p50/p90, run counts and run-level throughput (system tokens/s, no CI).
+
+    Rows are sorted by sweep, difficulty, dataset, variant, concurrency and K.
+    """
+    if requests.empty:
+        return pd.DataFrame(columns=[*GROUP, "n_problems"])
+    df = with_sums(requests)
+    sums = problem_sums(df, GROUP)
+    stats = _group_stats(sums, n_boot, seed)
+    speedups = _speedups(sums, problem_sums(df[df["k"] == 0], BASELINE), n_boot, seed)
+    quantiles = (
+        df.groupby(list(GROUP), sort=True, dropna=False)["e2e_s"]
+        .quantile([0.5, 0.9])
+        .unstack()
+        .set_axis(["e2e_p50_s", "e2e_p90_s"], axis=1)
+        .reset_index()
+    )
+    table = stats.merge(
+        df.groupby(list(GROUP), dropna=False).size().rename("n_requests").reset_index(), on=GROUP
+    )
+    for extra in (quantiles, _run_stats(runs, stats), speedups):
+        table = table.merge(extra, on=list(GROUP), how="left")
+    base_tp = table[table["k"] == 0].groupby(list(BASELINE), dropna=False)["throughput_tok_s"]
+    table = table.merge(base_tp.mean().rename("_base").reset_index(), on=BASELINE, how="left")
+    table["speedup_throughput"] = table["throughput_tok_s"] / table.pop("_base")
+    return sort_groups(table)
+
+
+def sort_groups(table: pd.DataFrame, then: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Sweep, then difficulty (easy, medium, hard), dataset, variant, concurrency, K, ``then``."""
+    order = table["difficulty"].map(DIFFICULTY_ORDER).fillna(len(DIFFICULTY_ORDER))
+    keys = ["sweep_id", "_difficulty", "dataset", "variant", "concurrency", "k", *then]
+    return (
+        table.assign(_difficulty=order)
+        .sort_values(keys, kind="stable")
+        .drop(columns="_difficulty")
+        .reset_index(drop=True)
+    )
+
+
+def positions(
+    requests: pd.DataFrame, n_boot: int = bootstrap.N_BOOT, seed: int = 0
+) -> pd.DataFrame:
+    """Conditional acceptance at each draft position i = 1..K per group, with its CI:
+    P(draft i accepted | drafts 1..i-1 accepted). Groups with K = 0 have no rows."""
+    spec = requests[requests["k"] > 0].reset_index(drop=True)
+    if spec.empty:
+        return pd.DataFrame(columns=[*GROUP, "position", "acceptance", "lo", "hi"])
+    pos = position_counts(spec["acceptance_histogram"])
+    labels = spec.loc[pos["row"], [*GROUP, "problem_id"]].reset_index(drop=True)
+    sums = (
+        pd.concat([labels, pos], axis=1)
+        .groupby([*GROUP, "problem_id", "position"], sort=True, dropna=False)[
+            ["accepted", "reached"]
+        ]
+        .sum()
+        .unstack("position", fill_value=0)
+    )
+    rows = []
+    for key, g in sums.groupby(level=list(GROUP), sort=True, dropna=False):
+        group = dict(zip(GROUP, key, strict=True))
+        at = list(range(1, int(group["k"]) + 1))
+        point, lo, hi = bootstrap.ratio(
+            g["accepted"][at].to_numpy(float),
+            g["reached"][at].to_numpy(float),
+            n_boot,
+            bootstrap.rng_for(seed, ("positions", key)),
+        )
+        for i, position in enumerate(at):
+            stats = {"acceptance": point[i], "lo": lo[i], "hi": hi[i]}
+            rows.append({**group, "position": position, **stats})
+    return sort_groups(pd.DataFrame(rows), then=("position",))
+
+
+def headline(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (sweep, variant, dataset): the lowest concurrency, K = 0 for variants
+    without a draft and the K with the highest TPOT speedup for variants with one."""
+    if table.empty:
+        return table
+    lowest = table.groupby(["sweep_id", "variant", "dataset"])["concurrency"].transform("min")
+    t = table[(table["concurrency"] == lowest) & ((table["draft"] == "none") == (table["k"] == 0))]
+    score = t["speedup_tpot"].fillna(-np.inf)
+    best = score.groupby([t["sweep_id"], t["variant"], t["dataset"]]).idxmax()
+    return sort_groups(t.loc[best.to_numpy()])
+
+
+def select(requests: pd.DataFrame, group: pd.Series | dict, keys: tuple[str, ...] = GROUP):
+    """The requests of one group (``group`` holds at least ``keys``)."""
+    mask = np.ones(len(requests), bool)
+    for key in keys:
+        mask &= (requests[key] == group[key]).to_numpy()
+    return requests[mask]
+
+
+def contrast(
+    x: pd.DataFrame,
+    y: pd.DataFrame,
+    ratio: Ratio,
+    how: str,
+    n_boot: int = bootstrap.N_BOOT,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """One statistic of two request sets compared over their problems (paired bootstrap):
+    y / x (``how="ratio"``) or y - x (``how="difference"``), with its 95% CI."""
+    sums = [problem_sums(with_sums(r), ()) for r in (x, y)]
+    problems = sums[0].index.union(sums[1].index)
+    sx, sy = (s.reindex(problems, fill_value=0.0) for s in sums)
+    runs = tuple(tuple(sorted(set(r["run_id"]))) for r in (x, y))
+    rng = bootstrap.rng_for(seed, ("contrast", ratio.name, how, runs))
+    point, lo, hi = bootstrap.paired(
+        ratio_arrays(sx, (ratio,)), ratio_arrays(sy, (ratio,)), how, n_boot, rng
+    )
+    return float(point[0]), float(lo[0]), float(hi[0])

@@ -1,0 +1,196 @@
+"""Every run under a results directory, as two tidy pandas tables.
+
+A run is a job directory ``<results_dir>/<sweep>/<job>/`` holding ``requests.parquet``
+(one row per request) and ``summary.json`` (one run) as the harness writes them. A
+directory without a complete summary, or with a missing, corrupt or short request table,
+is skipped and listed with the reason; it never stops the report.
+
+Requests are read column-projected (``output_token_ids``, the biggest column, is left on
+disk) by a thread pool and concatenated in Arrow; no Python loop runs per request.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REQUIRED = (
+    "sweep_id", "run_id", "variant", "target", "draft", "k", "dataset", "difficulty",
+    "prompt_style", "temperature", "seed", "concurrency", "problem_id", "output_tokens",
+    "correct", "ttft_s", "e2e_s", "tpot_s", "num_spec_steps", "num_draft_tokens",
+    "num_accepted_tokens", "acceptance_histogram",
+)  # fmt: skip
+OPTIONAL = {
+    "experiment": pa.string(),
+    "prompt_tokens": pa.int64(),
+    "finish_reason": pa.string(),
+    "pred_answer": pa.string(),
+    "gold_answer": pa.string(),
+    "extractor": pa.string(),
+    "acceptance_rate": pa.float64(),
+    "mean_acceptance_length": pa.float64(),
+    "output_hash": pa.string(),
+    "rejection_tokens": pa.list_(pa.string()),
+}
+NESTED = ("config", "versions", "hardware", "spec")  # summary keys that are dicts
+NO_DRAFT = "none"  # the draft column's value for variants without a draft
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A run directory left out of the report, and why."""
+
+    path: str
+    reason: str
+
+    def to_row(self) -> dict[str, str]:
+        """Flat dict for a table of skipped runs."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Results:
+    """All loaded runs: one row per request, one row per run, and what was skipped."""
+
+    requests: pd.DataFrame
+    runs: pd.DataFrame
+    skipped: tuple[Skipped, ...]
+
+
+class RunError(Exception):
+    """A run directory that cannot be used; the message is the reason."""
+
+
+def sweep_dirs(results_dir: Path, sweeps: list[str] | None = None) -> list[Path]:
+    """The sweep directories to read: all of them, or the named ones.
+
+    Raises:
+        ValueError: a named sweep is not under ``results_dir``.
+    """
+    found = (
+        sorted(p for p in results_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if results_dir.is_dir()
+        else []
+    )
+    if not sweeps:
+        return found
+    names = {p.name for p in found}
+    for sweep in sweeps:
+        if sweep not in names:
+            have = ", ".join(sorted(names)) or "none"
+            raise ValueError(f"sweep '{sweep}' not found under {results_dir} (sweeps: {have})")
+    return [results_dir / s for s in sweeps]
+
+
+def job_dirs(results_dir: Path, sweeps: list[str] | None = None) -> list[Path]:
+    """Every job directory ``<sweep>/<job>/`` of the chosen sweeps, sorted."""
+    return [
+        job
+        for sweep in sweep_dirs(results_dir, sweeps)
+        for job in sorted(sweep.iterdir())
+        if job.is_dir() and not job.name.startswith(".")
+    ]
+
+
+def read_summary(job: Path) -> dict[str, Any]:
+    """The complete ``summary.json`` of a job directory.
+
+    Raises:
+        RunError: missing, unreadable or not complete.
+    """
+    path = job / "summary.json"
+    if not path.is_file():
+        raise RunError("partial: no summary.json")
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunError(f"corrupt summary.json: {e}") from e
+    if not isinstance(summary, dict) or summary.get("complete") is not True:
+        raise RunError("partial: summary.json is not marked complete")
+    return summary
+
+
+def read_requests(job: Path, expected_rows: int | None) -> pa.Table:
+    """The request table of a job directory, with every column the report reads.
+
+    Raises:
+        RunError: missing, corrupt, lacking a required column, or of the wrong length.
+    """
+    path = job / "requests.parquet"
+    if not path.is_file():
+        raise RunError("no requests.parquet")
+    try:
+        pf = pq.ParquetFile(path)
+        names = set(pf.schema_arrow.names)
+        missing = [c for c in REQUIRED if c not in names]
+        if missing:
+            raise RunError(f"requests.parquet lacks columns: {', '.join(missing)}")
+        table = pf.read(columns=[c for c in (*REQUIRED, *OPTIONAL) if c in names])
+    except (OSError, pa.ArrowException) as e:
+        raise RunError(f"corrupt requests.parquet: {e}") from e
+    if table.num_rows == 0:
+        raise RunError("requests.parquet has no rows")
+    if expected_rows is not None and table.num_rows != expected_rows:
+        raise RunError(f"{table.num_rows} request rows but summary.json says {expected_rows}")
+    for name, type_ in OPTIONAL.items():
+        if name not in names:
+            table = table.append_column(name, pa.nulls(table.num_rows, type_))
+    return table
+
+
+def _read_job(job: Path) -> tuple[pa.Table, dict[str, Any]] | Skipped:
+    try:
+        summary = read_summary(job)
+        return read_requests(job, summary.get("num_requests")), summary
+    except RunError as e:
+        return Skipped(str(job), str(e))
+
+
+def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
+    """One flat runs-table row: scalars as they are, ``versions``/``hardware``/``spec``
+    fields prefixed with their key (``spec_accepted_per_pos`` stays a list)."""
+    row: dict[str, Any] = {k: v for k, v in summary.items() if k not in NESTED}
+    for key in NESTED[1:]:
+        for name, value in (summary.get(key) or {}).items():
+            row[f"{key}_{name}"] = value
+    row["path"] = str(path)
+    return row
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    """Arrow to pandas; list columns stay Arrow-backed (``Series.list`` works on them)."""
+    df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else None)
+    df["draft"] = df["draft"].fillna(NO_DRAFT)
+    df["correct"] = df["correct"].astype(float)
+    return df
+
+
+def _empty_requests() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in (*REQUIRED, *OPTIONAL)})
+
+
+def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int = 8) -> Results:
+    """Load every run under ``results_dir`` (or only ``sweeps``) into tidy tables.
+
+    Raises:
+        ValueError: a named sweep does not exist.
+    """
+    jobs = job_dirs(Path(results_dir), sweeps)
+    with ThreadPoolExecutor(threads) as pool:
+        read = list(pool.map(_read_job, jobs))
+    good = [(job, r) for job, r in zip(jobs, read, strict=True) if not isinstance(r, Skipped)]
+    skipped = tuple(r for r in read if isinstance(r, Skipped))
+    if not good:
+        return Results(_empty_requests(), pd.DataFrame(), skipped)
+    tables = [t for _, (t, _) in good]
+    requests = _to_pandas(pa.concat_tables(tables, promote_options="permissive"))
+    runs = pd.DataFrame([run_row(s, job) for job, (_, s) in good])
+    runs["draft"] = runs["draft"].fillna(NO_DRAFT)
+    return Results(requests, runs, skipped)

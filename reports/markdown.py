@@ -1,0 +1,299 @@
+"""Markdown writers: REPORT.md for stored runs, SIMULATION.md for the simulator.
+
+Pure formatting of precomputed tables: no statistics are computed here, and nothing
+time-dependent is written, so the same runs give the same file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from reports import hypotheses, theory
+from reports.figures import Shown
+
+if TYPE_CHECKING:
+    from reports.report import ReportTables
+    from reports.simulate import Simulation
+
+Column = tuple[str, Callable[[pd.Series], str]]  # header, row -> cell
+
+
+def num(x: object, digits: int = 3, scale: float = 1.0) -> str:
+    """A number with ``digits`` decimals; a dash for missing values."""
+    if x is None or (isinstance(x, float) and not np.isfinite(x)) or pd.isna(x):
+        return "–"
+    return f"{float(x) * scale:.{digits}f}"
+
+
+def ci(row: pd.Series, stat: str, digits: int = 3, scale: float = 1.0) -> str:
+    """``value [lo, hi]`` from the ``stat``, ``stat_lo``, ``stat_hi`` columns."""
+    if pd.isna(row.get(stat)):
+        return "–"
+    lo, hi = (num(row.get(f"{stat}_{e}"), digits, scale) for e in ("lo", "hi"))
+    return f"{num(row[stat], digits, scale)} [{lo}, {hi}]"
+
+
+def table(df: pd.DataFrame, columns: Sequence[Column]) -> str:
+    """A GitHub markdown table with one row per row of ``df``."""
+    lines = ["| " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * len(columns)]
+    for _, row in df.iterrows():
+        lines.append("| " + " | ".join(str(f(row)).replace("|", "\\|") for _, f in columns) + " |")
+    return "\n".join(lines)
+
+
+def _col(name: str, digits: int = 3) -> Callable[[pd.Series], str]:
+    return lambda r: num(r[name], digits) if isinstance(r[name], float) else str(r[name])
+
+
+HEADLINE: list[Column] = [
+    ("dataset", lambda r: f"{r['dataset']} ({r['difficulty']})"),
+    ("variant", _col("series")),
+    ("K", _col("k")),
+    ("accuracy", lambda r: ci(r, "accuracy")),
+    ("output tokens", lambda r: ci(r, "output_tokens", 1)),
+    ("accept. rate", lambda r: ci(r, "acceptance_rate")),
+    ("TPOT ms", lambda r: ci(r, "tpot_s", 1, 1000)),
+    ("e2e p50 / p90 s", lambda r: f"{num(r['e2e_p50_s'], 2)} / {num(r['e2e_p90_s'], 2)}"),
+    ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
+    ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
+]
+ALL_GROUPS: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("series")),
+    ("conc.", _col("concurrency")),
+    ("K", _col("k")),
+    ("runs (seeds)", lambda r: f"{r['n_runs']:.0f} ({r['seeds']})"),
+    ("problems", _col("n_problems")),
+    ("accuracy", lambda r: ci(r, "accuracy")),
+    ("tokens", lambda r: num(r["output_tokens"], 1)),
+    ("accept. rate", lambda r: ci(r, "acceptance_rate")),
+    ("mean accept. len", lambda r: ci(r, "mean_acceptance_length", 2)),
+    ("TTFT ms", lambda r: num(r["ttft_s"], 1, 1000)),
+    ("TPOT ms", lambda r: num(r["tpot_s"], 2, 1000)),
+    ("e2e p50/p90 s", lambda r: f"{num(r['e2e_p50_s'], 2)}/{num(r['e2e_p90_s'], 2)}"),
+    ("tok/s (req.)", lambda r: ci(r, "tokens_per_s", 1)),
+    ("tok/s (run)", lambda r: num(r["throughput_tok_s"], 1)),
+    ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
+    ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
+    ("tok/s speedup", lambda r: ci(r, "speedup_tokens_per_s", 2)),
+]
+FITS: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("series")),
+    ("conc.", _col("concurrency")),
+    ("K run", _col("ks")),
+    ("a [CI]", lambda r: ci(r, "alpha")),
+    ("a (vLLM counters)", lambda r: num(r["alpha_vllm"])),
+    ("c [CI]", lambda r: f"{ci(r, 'c')} (K={r['c_from_k']})"),
+    ("best K predicted", lambda r: f"{r['best_k_predicted']} ({num(r['speedup_predicted'], 2)}x)"),
+    ("best K measured", lambda r: f"{r['best_k_measured']} ({num(r['speedup_measured'], 2)}x)"),
+]
+DEFINITIONS = """\
+- accuracy = correct answers / requests; output tokens = mean tokens per answer.
+- acceptance rate = accepted draft tokens / proposed draft tokens.
+- mean acceptance length = 1 + accepted / verify steps (tokens per verify step, bonus
+  token included).
+- a = per-token acceptance: accepted / draft positions tried (a position is tried only
+  when every earlier one was accepted), pooled over the variant's K.
+- TPOT = (e2e - TTFT) / (output tokens - 1), mean over requests; one-token answers have none.
+- tok/s (req.) = output tokens / e2e seconds of the requests; tok/s (run) = output tokens
+  / wall seconds of the whole run (system throughput, no CI).
+- speedup = K = 0 baseline of the same target, prompt style, dataset, temperature,
+  concurrency and sweep / this variant (TPOT, e2e; tok/s the other way round).
+- theory (Leviathan et al. 2023): E = (1 - a^(K+1)) / (1 - a) tokens per verify step,
+  predicted speedup = E / (K c + 1), c = draft / target cost per forward.
+- intervals: 95% percentile bootstrap over problems ({n_boot} replicates, seed {seed});
+  seeds of one configuration pool.
+"""
+
+
+def _figures(shown: list[Shown]) -> list[str]:
+    out = ["## Figures", ""]
+    for i, s in enumerate(shown, 1):
+        title = s.name.replace("_", " ")
+        if s.path is None:
+            out += [f"**{i}. {title}**: skipped, {s.note}.", ""]
+        else:
+            out += [f"**{i}. {title}**", "", f"![{s.caption}](figures/{s.path.name})", "",
+                    f"*{s.caption}*", ""]  # fmt: skip
+    return out
+
+
+def _hypotheses(verdicts: tuple[hypotheses.Verdict, ...]) -> list[str]:
+    out = ["## Seed hypotheses", ""]
+    need = {1: "a base target and a fine-tuned target at K = 0 on the same dataset",
+            2: "a draft variant at K > 0 and its target at K = 0",
+            3: "a CoT target and a CoD target at K = 0"}  # fmt: skip
+    for h, text in hypotheses.HYPOTHESES.items():
+        mine = [v for v in verdicts if v.hypothesis == h]
+        out.append(f"### H{h}. {text}")
+        out.append("")
+        if not mine:
+            out += [f"Not testable with these runs: needs {need[h]}.", ""]
+            continue
+        tally = pd.Series([v.verdict for v in mine]).value_counts()
+        counts = ", ".join(f"{n} {v}" for v, n in tally.items())
+        overall = tally.index[0] if len(tally) == 1 else "mixed"
+        out += [f"**Verdict: {overall}** ({counts} of {len(mine)} comparisons).", ""]
+        rows = pd.DataFrame([v.to_row() for v in mine])
+        out += [table(rows, [("sweep", _col("sweep_id")), ("dataset", _col("dataset")),
+                             ("comparison", _col("comparison")), ("evidence", _col("evidence")),
+                             ("verdict", _col("verdict"))]), ""]  # fmt: skip
+    out += [f"Rules: {hypotheses.__doc__.split(chr(10) + chr(10))[1]}".replace("\n", " "), ""]
+    return out
+
+
+def _environment(runs: pd.DataFrame) -> list[str]:
+    out = ["## Hardware and software", ""]
+    for prefix, what in (("hardware_", "hardware"), ("versions_", "versions")):
+        cols = sorted(c for c in runs.columns if c.startswith(prefix))
+        if not cols:
+            continue
+        combos = runs[cols].astype(str).drop_duplicates()
+        renamed = combos.rename(columns={c: c.removeprefix(prefix) for c in cols})
+        out += [f"{what} ({len(combos)} distinct):", "",
+                table(renamed, [(c, _col(c)) for c in renamed.columns]), ""]  # fmt: skip
+    if "engine_launches" in runs:
+        out.append(
+            f"Runs: {len(runs)}; wall time {num(runs['wall_s'].sum(), 1)} s; engine start-up "
+            f"{num(runs['engine_start_s'].sum(), 1)} s in total; reused engines "
+            f"{int(runs['engine_reused'].fillna(False).astype(bool).sum())}."
+        )
+        out.append("")
+    notes = []
+    if "counter_mismatch" in runs:
+        for _, r in runs.dropna(subset=["counter_mismatch"]).iterrows():
+            notes.append(f"- counter mismatch in `{r['run_id']}`: {r['counter_mismatch']}")
+    if "lossless_fraction" in runs:
+        lossy = runs[runs["lossless_fraction"].notna() & (runs["lossless_fraction"] < 1)]
+        for _, r in lossy.iterrows():
+            notes.append(
+                f"- `{r['run_id']}`: only {num(r['lossless_fraction'])} of outputs equal "
+                "the target's own (greedy speculative decoding should be lossless)"
+            )
+    return out + (["Warnings:", "", *notes, ""] if notes else [])
+
+
+def _skipped(skipped: Sequence) -> list[str]:
+    if not skipped:
+        return []
+    rows = pd.DataFrame([s.to_row() for s in skipped])
+    return ["## Skipped run directories", "",
+            table(rows, [("directory", lambda r: f"`{r['path']}`"), ("reason", _col("reason"))]),
+            ""]  # fmt: skip
+
+
+def report(
+    t: ReportTables,
+    shown: list[Shown],
+    source: str,
+    sweeps: list[str] | None,
+    n_boot: int,
+    seed: int,
+) -> str:
+    """The text of REPORT.md."""
+    which = ", ".join(sweeps) if sweeps else "all sweeps"
+    out = ["# draftbench report", ""]
+    if t.table.empty:
+        out += [f"**No complete runs found** under `{source}` ({which}). Run a sweep first "
+                "(`make sweep`), then `make report` again.", "", *_skipped(t.skipped)]  # fmt: skip
+        return "\n".join(out)
+    n_sweeps = t.requests["sweep_id"].nunique()
+    out += [
+        f"{len(t.runs)} runs from {n_sweeps} sweep(s) under `{source}` ({which}): "
+        f"{len(t.requests)} requests, {len(t.table)} configurations; "
+        f"{len(t.skipped)} run director{'y' if len(t.skipped) == 1 else 'ies'} skipped.",
+        "",
+        *_hypotheses(t.verdicts),
+        "## Headline results",
+        "",
+        "Lowest concurrency of each variant; variants without a draft at K = 0, draft "
+        "variants at the K with the highest TPOT speedup. Brackets: 95% CIs.",
+        "",
+        table(t.headline, HEADLINE),
+        "",
+        "## Analytical model vs measurement",
+        "",
+        "a: per-token acceptance fitted over all K; c: the draft cost ratio that reproduces "
+        "the TPOT speedup of the smallest K; best K predicted from (a, c) by "
+        "E/(Kc+1), measured as the K with the highest TPOT speedup (0 if none beats plain "
+        "decoding).",
+        "",
+        table(t.fits, FITS) if not t.fits.empty else "No speculative runs to fit.",
+        "",
+        *_figures(shown),
+        "## All configurations",
+        "",
+        table(t.table, ALL_GROUPS),
+        "",
+        *_environment(t.runs),
+        *_skipped(t.skipped),
+        "## Definitions",
+        "",
+        DEFINITIONS.format(n_boot=n_boot, seed=seed),
+    ]
+    return "\n".join(out)
+
+
+def simulation_report(sim: Simulation, shown: list[Shown], steps: int, seed: int) -> str:
+    """The text of SIMULATION.md."""
+    from reports import simulate
+
+    tok = sim.tokens[sim.tokens["k"].isin(simulate.KS)]
+    pivot = [("a", lambda r: num(r["a"], 2))] + [
+        (f"K={k}", lambda r, k=k: r[k]) for k in simulate.KS
+    ]
+    cells = tok.assign(cell=[f"{num(s, 3)} ± {num(1.96 * e, 3)} (theory {num(t, 3)})"
+                             for s, e, t in zip(tok["simulated"], tok["se"], tok["analytical"],
+                                                strict=True)])  # fmt: skip
+    wide = cells.pivot(index="a", columns="k", values="cell").reset_index()
+    breakeven = pd.DataFrame({"a": list(simulate.ALPHAS)})
+    for k in (1, *simulate.KS):
+        breakeven[f"K={k}"] = [num(theory.break_even_cost(a, k), 3) for a in simulate.ALPHAS]
+    agree = sim.best_k["best_k_simulated"] == sim.best_k["best_k_analytical"]
+    rule_cols: list[Column] = [
+        ("case", _col("case")),
+        ("acceptance: theory", lambda r: num(r["acceptance_theory"], 4)),
+        ("simulated", lambda r: num(r["acceptance_simulated"], 4)),
+        ("TV(emitted, p)", lambda r: num(r["tv_distance"], 4)),
+        ("chi-square", lambda r: f"{num(r['chi_square'], 1)} (99.9%: {num(r['chi_square_999'], 1)})"),
+    ]  # fmt: skip
+    out = [
+        "# Speculative decoding: Monte Carlo vs the analytical model",
+        "",
+        f"{steps} verify steps per (a, K), seed {seed}. Toy target p and draft q with "
+        "acceptance exactly a; every position alike.",
+        "",
+        "## 1. The accept/reject rule",
+        "",
+        f"{20 * steps} single-position draws per case: accept x ~ q with probability "
+        "min(1, p(x)/q(x)), else emit from the normalised residual max(0, p - q). The emitted "
+        "token must be distributed as p, and the acceptance must be sum min(p, q).",
+        "",
+        table(sim.rules, rule_cols),
+        "",
+        "## 2. Tokens per verify step",
+        "",
+        "Simulated mean ± 1.96 SE, and the analytical (1 - a^(K+1)) / (1 - a).",
+        "",
+        table(wide, pivot),
+        "",
+        "## 3. When draft cost erases the speedup",
+        "",
+        "Break-even cost ratio c* = (E - 1) / K: above it, K drafts are slower than plain "
+        "decoding.",
+        "",
+        table(breakeven, [(c, _col(c, 2) if c == "a" else _col(c)) for c in breakeven.columns]),
+        "",
+        f"Best K over a {len(set(sim.best_k['a']))} x {len(set(sim.best_k['c']))} grid of "
+        f"(a, c): simulated argmax equals the analytical one in {int(agree.sum())} of "
+        f"{len(agree)} cells; the largest speedup given up where they differ is "
+        f"{num(sim.best_k['regret'].max(), 4)}x (near-ties).",
+        "",
+        *_figures(shown),
+    ]
+    return "\n".join(out)

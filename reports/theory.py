@@ -1,0 +1,102 @@
+"""The analytical model of speculative decoding (Leviathan, Kalman & Matias 2023, sec. 3).
+
+Symbols follow the paper. ``a`` (alpha) is the probability that the target accepts one
+draft token, assumed the same at every position; ``K`` (gamma in the paper) is the
+number of draft tokens proposed per verify step; ``c`` is the cost of one draft forward
+divided by the cost of one target forward. Costs are in units of one target forward.
+
+- tokens per verify step: E = (1 - a^(K+1)) / (1 - a)            (paper eq. 1; K+1 at a=1)
+- draft acceptance rate (vLLM's accepted / proposed): (E - 1) / K
+- cost of a verify step: K c + 1, so predicted speedup = E / (K c + 1) (paper thm. 3.8)
+- break-even cost ratio (speedup = 1): c* = (E - 1) / K
+- best K: the argmax of the speedup over K = 0..k_max (K = 0 is plain decoding, speedup 1)
+
+Estimating the parameters from measurement: a from the per-position acceptance counts
+(:func:`alpha_mle`), c from the speedup measured at one K, best K = 1
+(:func:`cost_ratio_from_speedup`).
+
+Functions broadcast over numpy arrays and return a float for scalar inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+K_MAX = 16  # the largest K :func:`best_k` considers unless told otherwise
+
+
+def _out(x: np.ndarray) -> np.ndarray | float:
+    return float(x) if x.ndim == 0 else x
+
+
+def expected_tokens(a: ArrayLike, k: ArrayLike) -> np.ndarray | float:
+    """Expected tokens emitted per verify step, E = (1 - a^(K+1)) / (1 - a).
+
+    Counts the accepted drafts plus the one token the target always adds (the
+    correction at the first rejection, or the bonus token when all K are accepted).
+    """
+    a, k = np.broadcast_arrays(np.asarray(a, float), np.asarray(k, float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.where(a < 1.0, (1.0 - a ** (k + 1.0)) / (1.0 - a), k + 1.0)
+    return _out(e)
+
+
+def acceptance_rate(a: ArrayLike, k: ArrayLike) -> np.ndarray | float:
+    """Accepted / proposed draft tokens (vLLM's rate) under the model: (E - 1) / K."""
+    k = np.asarray(k, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _out(np.asarray((np.asarray(expected_tokens(a, k)) - 1.0) / k))
+
+
+def predicted_speedup(a: ArrayLike, k: ArrayLike, c: ArrayLike) -> np.ndarray | float:
+    """Predicted speedup over plain decoding, E / (K c + 1)."""
+    k = np.asarray(k, float)
+    return _out(np.asarray(np.asarray(expected_tokens(a, k)) / (k * np.asarray(c, float) + 1.0)))
+
+
+def break_even_cost(a: ArrayLike, k: ArrayLike) -> np.ndarray | float:
+    """The cost ratio c at which K drafts stop paying: speedup = 1 at c* = (E - 1) / K."""
+    return acceptance_rate(a, k)
+
+
+def best_k(a: ArrayLike, c: ArrayLike, k_max: int = K_MAX) -> np.ndarray | int:
+    """The K in 0..k_max with the highest predicted speedup (0 when drafting never pays)."""
+    a, c = np.broadcast_arrays(np.asarray(a, float), np.asarray(c, float))
+    ks = np.arange(k_max + 1, dtype=float).reshape((-1,) + (1,) * a.ndim)
+    best = np.argmax(np.asarray(predicted_speedup(a[None], ks, c[None])), axis=0)
+    return int(best) if best.ndim == 0 else best
+
+
+def position_attempts(accepted_per_pos: ArrayLike, num_drafts: float) -> float:
+    """How many draft positions were tried: sum over i of the steps that reached position i.
+
+    ``accepted_per_pos[i]`` counts the verify steps whose draft at position i+1 was
+    accepted (vLLM's ``spec_decode_num_accepted_tokens_per_pos``); position i+1 is only
+    tried when position i was accepted, so it had ``accepted_per_pos[i-1]`` attempts
+    (``num_drafts``, the number of verify steps, for the first).
+    """
+    return float(num_drafts + np.sum(np.asarray(accepted_per_pos, float)[:-1]))
+
+
+def alpha_mle(accepted_per_pos: ArrayLike, num_drafts: float) -> float:
+    """Per-token acceptance a from per-position counts: accepted / attempts.
+
+    The maximum-likelihood estimate under the model (every tried position passes with
+    probability a); NaN without drafts.
+    """
+    attempts = position_attempts(accepted_per_pos, num_drafts)
+    return float(np.sum(accepted_per_pos) / attempts) if attempts > 0 else float("nan")
+
+
+def cost_ratio_from_speedup(a: ArrayLike, k: ArrayLike, speedup: ArrayLike) -> np.ndarray | float:
+    """The c that makes the model reproduce a measured speedup at K: (E / speedup - 1) / K.
+
+    With the speedup of the K = 1 run this is the effective draft cost of a real engine,
+    including what the model leaves out (verification above one target step, scheduling,
+    KV-cache rollback).
+    """
+    k = np.asarray(k, float)
+    e = np.asarray(expected_tokens(a, k))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _out(np.asarray((e / np.asarray(speedup, float) - 1.0) / k))
