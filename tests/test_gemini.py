@@ -14,6 +14,7 @@ from train.teachers.gemini import (
     TeacherError,
     cancel_jobs,
     estimate_cost,
+    main,
     parse_result_line,
     plan_jobs,
     reply_from_response,
@@ -142,13 +143,18 @@ def test_changed_request_is_resubmitted_and_unchanged_ones_reused(api_key, tmp_p
     assert replies["p4"].text.startswith("1. Read: a new question")
 
 
-def test_cancel_stops_running_jobs_and_records_their_state(api_key, tmp_path):
+def test_cancel_cli_stops_running_jobs_and_records_their_state(api_key, tmp_path, capsys):
+    state_path = tmp_path / "cot" / "state.json"
     with FakeGemini(answer, hold=True) as fake:
         with pytest.raises(BatchWaitTimeout):
             run_stage(fake, tmp_path, wait_timeout_s=0.0)
-        assert cancel_jobs(tmp_path / "cot" / "state.json", config(fake)) == ["batches/b1"]
+        assert (
+            main(["cancel", str(state_path), "experiment=tiny", f"gemini.base_url={fake.url}"]) == 0
+        )
         assert fake.jobs[0].state == "BATCH_STATE_CANCELLED"
-    state = json.loads((tmp_path / "cot" / "state.json").read_text())
+        assert cancel_jobs(state_path, config(fake)) == []  # nothing left to cancel
+    assert capsys.readouterr().out.splitlines()[-1] == "cancelled batches/b1"
+    state = json.loads(state_path.read_text())
     assert state["jobs"][0]["state"] == "JOB_STATE_CANCELLED"
 
 

@@ -17,7 +17,8 @@ The checkpoint (``<work_dir>/<stage>/state.json``) holds job names, states and e
 harvested reply, keyed by a digest of the request; an interrupted run polls the jobs it
 already paid for instead of submitting them again. To abandon running jobs::
 
-    python -m train.teachers.gemini cancel data/<experiment>/<difficulty>/teacher/<stage>/state.json
+    python -m train.teachers.gemini cancel data/<experiment>/<difficulty>/teacher/<stage>/state.json \\
+        experiment=<experiment> [gemini.base_url=...]
 
 The API key comes only from ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY`` and is never
 written to logs, checkpoints or outputs.
@@ -32,7 +33,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,22 +310,19 @@ class BatchRun:
         stage: str,
         work_dir: Path,
         confirm: bool,
-        client_factory: Callable[[GeminiConfig], Any] = make_client,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.cfg = cfg
         self.stage = stage
         self.dir = work_dir / stage
         self.checkpoint = Checkpoint(self.dir / "state.json")
         self.confirmed = confirm
-        self._client_factory = client_factory
         self._client: Any = None
-        self._sleep = sleep
 
     @property
     def client(self) -> Any:
+        """The SDK client, made on first use (a fully harvested resume needs no key)."""
         if self._client is None:
-            self._client = self._client_factory(self.cfg)
+            self._client = make_client(self.cfg)
         return self._client
 
     def run(self, requests: Sequence[TeacherRequest]) -> dict[str, Reply]:
@@ -418,7 +416,7 @@ class BatchRun:
                     f"batch job {job['name']} still {state} after gemini.wait_timeout_s="
                     f"{self.cfg.wait_timeout_s}; re-run the same command to resume from {self.checkpoint.path}"
                 )
-            self._sleep(delay)
+            time.sleep(delay)
             delay = min(delay * 1.5, self.cfg.poll_max_s)
 
     def _harvest(self, job: dict[str, Any], state: str, dest: str | None) -> None:
@@ -453,11 +451,13 @@ def _state_name(state: Any) -> str:
 
 
 def cancel_jobs(checkpoint_path: Path, cfg: GeminiConfig) -> list[str]:
-    """Cancel every unharvested job of a checkpoint; their keys will be resubmitted."""
+    """Cancel the running jobs of a checkpoint; the next run harvests them and resubmits."""
     ck = Checkpoint(checkpoint_path)
     client = make_client(cfg)
     cancelled = []
     for job in ck.open_jobs():
+        if job["state"] in TERMINAL_STATES:
+            continue
         client.batches.cancel(name=job["name"])
         job["state"] = _state_name(client.batches.get(name=job["name"]).state)
         cancelled.append(job["name"])
@@ -477,32 +477,32 @@ class GeminiTeacher(PromptedTeacher):
         bounds: CodBounds,
         work_dir: Path,
         confirm: bool = False,
-        client_factory: Callable[[GeminiConfig], Any] = make_client,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         super().__init__(prompts, bounds)
         self.cfg = cfg
         self.model = cfg.model
         self.work_dir = work_dir
         self.confirm = confirm
-        self._client_factory = client_factory
-        self._sleep = sleep
 
     def complete(self, requests: Sequence[TeacherRequest], stage: str) -> dict[str, Reply]:
-        run = BatchRun(
-            self.cfg, stage, self.work_dir, self.confirm, self._client_factory, self._sleep
-        )
-        return run.run(requests)
+        return BatchRun(self.cfg, stage, self.work_dir, self.confirm).run(requests)
 
 
 def main(argv: list[str]) -> int:
-    """``cancel <state.json> [gemini overrides as key=value]``: cancel a checkpoint's running jobs."""
+    """``cancel <state.json> [data overrides]``: cancel the running jobs of a checkpoint."""
     if len(argv) < 2 or argv[0] != "cancel":
         print(__doc__)
         return 2
-    cfg = GeminiConfig(**{k: v for k, v in (arg.split("=", 1) for arg in argv[2:])})
-    for name in cancel_jobs(Path(argv[1]), cfg):
-        print(f"cancelled {name}")
+    from harness.config import ConfigError
+    from train.data_config import compose_data_config
+
+    try:
+        cfg = compose_data_config(argv[2:]).gemini
+        for name in cancel_jobs(Path(argv[1]), cfg):
+            print(f"cancelled {name}")
+    except (ConfigError, TeacherError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
