@@ -73,6 +73,14 @@ def test_full_run_answers_every_key_through_upload_batch_and_download(
     assert API_KEY not in caplog.text + capsys.readouterr().out + written
 
 
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+def test_configured_api_version_prefixes_every_call(api_key, tmp_path, version):
+    with FakeGemini(answer) as fake:
+        replies = run_stage(fake, tmp_path, api_version=version)
+    assert all(r.text for r in replies.values())
+    assert all(c.split()[1].startswith((f"/{version}/", f"/upload/{version}/")) for c in fake.calls)
+
+
 def test_jobs_are_split_under_the_request_cap(api_key, tmp_path):
     with FakeGemini(answer) as fake:
         replies = run_stage(fake, tmp_path, max_requests_per_job=2)
