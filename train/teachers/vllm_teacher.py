@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.checks import resolve_model
 from harness.config import EngineConfig
 from train.cod import CodBounds
 from train.teachers.base import PromptedTeacher, Reply, TeacherPrompts, TeacherRequest
@@ -56,6 +55,7 @@ class VllmTeacher(PromptedTeacher):
 
     def engine_spec(self) -> Any:
         """The harness engine spec: the teacher as target, no draft model."""
+        from harness.checks import resolve_model
         from harness.engine import EngineSpec
 
         return EngineSpec(
