@@ -10,6 +10,9 @@ VLLM_VERSION := 0.32.0
 # Force one with `make install VLLM=cuda` or `make install VLLM=cpu`.
 VLLM ?= auto
 ARGS ?=
+# `make data experiment=qwen2.5` (the pipeline stages take the experiment by name)
+experiment ?= tiny
+EXPERIMENT := $(experiment)
 
 ifeq ($(VLLM),auto)
   VLLM_KIND := $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
@@ -57,11 +60,11 @@ format: install ## ruff autofix + format
 models: install ## build the tiny world's models into models/tiny (cached)
 	$(PY) -m train.build experiment=tiny
 
-data: install ## build CoT/CoD training sets (default: tiny world, synthetic teacher)
-	$(PY) -m train.data $(ARGS)
+data: install ## build CoT/CoD training sets (experiment=tiny: synthetic teacher, offline)
+	$(PY) -m train.data experiment=$(EXPERIMENT) $(ARGS)
 
-data-report: install ## figures + markdown on the training sets
-	$(PY) -m train.data_report $(ARGS)
+data-report: install models ## figures + markdown on the training sets
+	$(PY) -m train.data_report experiment=$(EXPERIMENT) $(ARGS)
 
 sweep: install models ## run the default multirun sweep (override with ARGS="..."), then the report
 	$(PY) -m harness -m $(ARGS)
