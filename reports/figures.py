@@ -78,8 +78,11 @@ def _title(dataset: str, difficulty: str) -> str:
     return f"{dataset} ({difficulty})"
 
 
-def _yerr(df: pd.DataFrame, stat: str) -> np.ndarray:
-    return np.abs(np.vstack([df[stat] - df[f"{stat}_lo"], df[f"{stat}_hi"] - df[stat]]))
+def _yerr(df: pd.DataFrame, stat: str) -> list[list[float]]:
+    """(2, n) distances from each value down to its CI's low end and up to its high end
+    (nested lists: matplotlib warns on a (2, 1) array)."""
+    value, lo, hi = (df[c].to_numpy(float) for c in (stat, f"{stat}_lo", f"{stat}_hi"))
+    return np.abs(np.vstack([value - lo, hi - value])).tolist()
 
 
 def _finish(fig: Figure, title: str) -> Figure:
@@ -109,26 +112,15 @@ def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | None:
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(datasets) * len(series) ** 0.5 + 3), 4.2))
     ax.grid(alpha=0.3, axis="y")
+    position = {dataset: j for j, (dataset, _) in enumerate(datasets)}
     for i, s in enumerate(series):
-        labelled = False
-        for j, (dataset, _) in enumerate(datasets):
-            row = heads[(heads["series"] == s) & (heads["dataset"] == dataset)]
-            if row.empty:
-                continue
-            x = j - 0.4 + width * (i + 0.5)
-            k = int(row["k"].iloc[0])
-            ax.bar(
-                x,
-                row[stat],
-                width,
-                yerr=_yerr(row, stat),
-                capsize=3,
-                color=_color(s),
-                label=None if labelled else s,
-            )
-            labelled = True
+        rows = heads[heads["series"] == s]
+        x = rows["dataset"].map(position).to_numpy() - 0.4 + width * (i + 0.5)
+        ax.bar(x, rows[stat].to_numpy(float), width, yerr=_yerr(rows, stat), capsize=3,
+               color=_color(s), label=s)  # fmt: skip
+        for xi, k in zip(x, rows["k"], strict=True):
             if k:
-                ax.annotate(f"K={k}", (x, 0), ha="center", va="bottom", fontsize=7, color="w")
+                ax.annotate(f"K={k}", (xi, 0), ha="center", va="bottom", fontsize=7, color="w")
     ax.set_xticks(range(len(datasets)), [_title(*d) for d in datasets])
     ax.set_ylabel(ylabel)
     ax.legend(title="variant", fontsize=8, ncol=2)
@@ -253,7 +245,7 @@ def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
             for row, stat in ((0, "speedup_tpot"), (1, "speedup_e2e")):
                 ax = axes[row, col]
                 ks = np.concatenate([[0], g["k"]])
-                err = np.hstack([[[0], [0]], _yerr(g, stat)])
+                err = np.hstack([[[0], [0]], _yerr(g, stat)]).tolist()
                 ax.errorbar(
                     ks,
                     np.concatenate([[1.0], g[stat]]),
@@ -660,6 +652,8 @@ def _save(fig: Figure | None, out: Path, name: str, caption: str, note: str) -> 
 
 def render_report(t: ReportTables, out: Path) -> list[Shown]:
     """Draw every report figure into ``out``; absent data gives a skipped entry."""
+    if t.table.empty:
+        return [Shown(name, caption, None, "no runs") for name, caption, _, _ in REPORT_FIGURES]
     return [_save(fn(t), out, name, caption, note) for name, caption, fn, note in REPORT_FIGURES]
 
 

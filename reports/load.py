@@ -3,7 +3,8 @@
 A run is a job directory ``<results_dir>/<sweep>/<job>/`` holding ``requests.parquet``
 (one row per request) and ``summary.json`` (one run) as the harness writes them. A
 directory without a complete summary, or with a missing, corrupt or short request table,
-is skipped and listed with the reason; it never stops the report.
+is skipped and listed with the reason, and so is a job the sweep's ``failures.jsonl``
+names that left no directory; none of them stops the report.
 
 Requests are read column-projected (``output_token_ids``, the biggest column, is left on
 disk) by a thread pool and concatenated in Arrow; no Python loop runs per request.
@@ -40,7 +41,8 @@ OPTIONAL = {
     "rejection_tokens": pa.list_(pa.string()),
 }
 NESTED = ("config", "versions", "hardware", "spec")  # summary keys that are dicts
-NO_DRAFT = "none"  # the draft column's value for variants without a draft
+NO_DRAFT = "none"
+FAILURES = "failures.jsonl"  # the harness's log of failed jobs, one JSON object a line  # the draft column's value for variants without a draft
 
 
 @dataclass(frozen=True)
@@ -89,14 +91,28 @@ def sweep_dirs(results_dir: Path, sweeps: list[str] | None = None) -> list[Path]
     return [results_dir / s for s in sweeps]
 
 
-def job_dirs(results_dir: Path, sweeps: list[str] | None = None) -> list[Path]:
-    """Every job directory ``<sweep>/<job>/`` of the chosen sweeps, sorted."""
+def job_dirs(sweeps: list[Path]) -> list[Path]:
+    """Every job directory ``<sweep>/<job>/`` of the sweeps, sorted (hidden ones are the
+    harness's temporary directories)."""
     return [
         job
-        for sweep in sweep_dirs(results_dir, sweeps)
+        for sweep in sweeps
         for job in sorted(sweep.iterdir())
         if job.is_dir() and not job.name.startswith(".")
     ]
+
+
+def failed_jobs(sweep: Path) -> dict[str, str]:
+    """Job name -> error of the sweep's ``failures.jsonl`` (the last line per job wins)."""
+    path = sweep / FAILURES
+    failed = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            entry = json.loads(line)
+            failed[str(entry["job"])] = str(entry.get("error", "unknown error"))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return failed
 
 
 def read_summary(job: Path) -> dict[str, Any]:
@@ -182,11 +198,19 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
     Raises:
         ValueError: a named sweep does not exist.
     """
-    jobs = job_dirs(Path(results_dir), sweeps)
+    sweep_paths = sweep_dirs(Path(results_dir), sweeps)
+    jobs = job_dirs(sweep_paths)
     with ThreadPoolExecutor(threads) as pool:
         read = list(pool.map(_read_job, jobs))
     good = [(job, r) for job, r in zip(jobs, read, strict=True) if not isinstance(r, Skipped)]
     skipped = tuple(r for r in read if isinstance(r, Skipped))
+    seen = {str(job) for job in jobs}
+    skipped += tuple(
+        Skipped(str(sweep / job), f"failed: {error}")
+        for sweep in sweep_paths
+        for job, error in failed_jobs(sweep).items()
+        if str(sweep / job) not in seen
+    )
     if not good:
         return Results(_empty_requests(), pd.DataFrame(), skipped)
     tables = [t for _, (t, _) in good]

@@ -225,7 +225,7 @@ def summary(job: Job, table: pa.Table) -> dict:
         "temperature": 0.0,
         "config": {"spec": {"k": k}, "concurrency": job.concurrency, "seed": job.seed},
         "config_hash": f"{zlib.crc32(job.name.encode()):08x}",
-        "versions": {"vllm": "0.0-synthetic", "torch": "0.0", "transformers": "0.0"},
+        "versions": {"vllm": "synthetic", "torch": None, "transformers": None, "draftbench": None},
         "hardware": {
             "device": "cpu",
             "cpu": "synthetic",
@@ -246,11 +246,14 @@ def summary(job: Job, table: pa.Table) -> dict:
     }
 
 
-def write_job(results_dir: Path, job: Job) -> Path:
-    """Write ``results_dir/<sweep>/<job>/{requests.parquet,summary.json}``; return the dir."""
+def write_job(results_dir: Path, job: Job, table: pa.Table | None = None) -> Path:
+    """Write ``results_dir/<sweep>/<job>/{requests.parquet,summary.json}``; return the dir.
+
+    ``table`` replaces the drawn request table (e.g. one with hand-set values).
+    """
     out = Path(results_dir) / job.sweep / job.name
     out.mkdir(parents=True, exist_ok=True)
-    table = requests_table(job)
+    table = requests_table(job) if table is None else table
     pq.write_table(table, out / "requests.parquet")
     (out / "summary.json").write_text(json.dumps(summary(job, table), indent=1))
     return out

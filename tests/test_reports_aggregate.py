@@ -1,0 +1,228 @@
+"""Aggregates, speedups, bootstrap CIs, fits and verdicts on runs with known numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, synthetic, theory
+
+V = {v.name: v for v in synthetic.SEED_STUDY}
+HIST = [[1, 1, 1], [2, 0, 2], [0, 0, 3], [1, 2, 0]]  # verify steps that accepted 0, 1, 2 drafts
+
+
+def _with(table: pa.Table, **columns) -> pa.Table:
+    for name, values in columns.items():
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, pa.array(values, table.schema.field(i).type))
+    return table
+
+
+@pytest.fixture
+def hand(tmp_path):
+    """cot at K=0 and cot_sd at K=2 on 4 problems, every number set by hand."""
+    base = synthetic.Job("h", V["cot"], "synth_easy", "easy", 0, n_problems=4)
+    spec = synthetic.Job("h", V["cot_sd"], "synth_easy", "easy", 2, n_problems=4)
+    same = {"correct": [True, False, True, True], "output_tokens": [10, 20, 30, 40],
+            "ttft_s": [0.1] * 4}  # fmt: skip
+    steps = [sum(h) for h in HIST]
+    accepted = [h[1] + 2 * h[2] for h in HIST]
+    synthetic.write_job(tmp_path, base, _with(
+        synthetic.requests_table(base), **same, tpot_s=[0.02, 0.02, 0.04, 0.04],
+        e2e_s=[1.0, 2.0, 3.0, 4.0]))  # fmt: skip
+    synthetic.write_job(tmp_path, spec, _with(
+        synthetic.requests_table(spec), **same, tpot_s=[0.01, 0.01, 0.02, 0.02],
+        e2e_s=[0.5, 1.0, 1.5, 2.0], acceptance_histogram=HIST, num_spec_steps=steps,
+        num_draft_tokens=[2 * s for s in steps], num_accepted_tokens=accepted))  # fmt: skip
+    r = load.load(tmp_path)
+    return r, aggregate.aggregate(r.requests, r.runs, n_boot=200).set_index("k")
+
+
+def test_statistics_equal_hand_computed_values(hand):
+    _, t = hand
+    base, spec = t.loc[0], t.loc[2]
+    assert base["accuracy"] == spec["accuracy"] == 0.75
+    assert base["output_tokens"] == 25.0
+    assert base["tpot_s"] == pytest.approx(0.03) and spec["tpot_s"] == pytest.approx(0.015)
+    assert base["e2e_p50_s"] == pytest.approx(2.5) and base["e2e_p90_s"] == pytest.approx(3.7)
+    assert base["tokens_per_s"] == pytest.approx(100 / 10)
+    # 13 verify steps, 15 accepted of 26 proposed; positions tried 13 + 9 times
+    assert spec["acceptance_rate"] == pytest.approx(15 / 26)
+    assert spec["mean_acceptance_length"] == pytest.approx(1 + 15 / 13)
+    assert spec["alpha"] == pytest.approx(15 / 22)
+    assert np.isnan(base["acceptance_rate"])  # no drafts at K = 0
+    assert spec["n_problems"] == 4 and spec["n_requests"] == 4 and spec["n_runs"] == 1
+
+
+def test_speedups_are_baseline_over_variant(hand):
+    _, t = hand
+    spec = t.loc[2]
+    for name in ("speedup_tpot", "speedup_e2e", "speedup_tokens_per_s"):
+        assert spec[name] == pytest.approx(2.0)
+        assert spec[f"{name}_lo"] <= spec[name] <= spec[f"{name}_hi"]
+    assert spec["speedup_throughput"] == pytest.approx(2.0)  # wall time halves too
+    assert t.loc[0, "speedup_tpot"] == 1.0
+
+
+def test_per_position_acceptance_from_histograms(hand):
+    r, _ = hand
+    pos = aggregate.positions(r.requests, n_boot=200)
+    assert list(pos["position"]) == [1, 2]
+    assert pos["acceptance"].tolist() == pytest.approx([9 / 13, 6 / 9])
+    assert (pos["lo"] <= pos["acceptance"]).all() and (pos["acceptance"] <= pos["hi"]).all()
+
+
+def test_position_counts_skip_null_histograms():
+    hist = pd.Series([[1, 1, 1], None, [0, 2]], dtype=pd.ArrowDtype(pa.list_(pa.int64())))
+    counts = aggregate.position_counts(hist)
+    assert counts.to_dict("list") == {
+        "row": [0, 0, 2],
+        "position": [1, 2, 1],
+        "reached": [3, 2, 2],
+        "accepted": [2, 1, 2],
+    }
+
+
+def test_fit_recovers_alpha_and_cost_from_the_k1_run(tmp_path):
+    jobs = [synthetic.Job("f", V["cot"], "synth_easy", "easy", 0, n_problems=150)] + [
+        synthetic.Job("f", V["cot_sd"], "synth_easy", "easy", k, n_problems=150) for k in (1, 3)
+    ]
+    for j in jobs:
+        synthetic.write_job(tmp_path, j)
+    r = load.load(tmp_path)
+    table = aggregate.aggregate(r.requests, r.runs, n_boot=300)
+    f = fit.fit(table, r.requests, r.runs, n_boot=300).iloc[0]
+    assert f["alpha_lo"] <= V["cot_sd"].alpha <= f["alpha_hi"]
+    assert f["alpha_vllm"] == pytest.approx(f["alpha"])  # counters agree with the requests
+    assert f["c_lo"] <= V["cot_sd"].cost <= f["c_hi"] and f["c_from_k"] == 1
+    assert f["best_k_predicted"] == theory.best_k(f["alpha"], f["c"])
+    assert f["best_k_measured"] == 3 and f["ks"] == "1,3"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The seed study on 200 problems: plain variants at K=0, draft variants at K=1,3."""
+    root = tmp_path_factory.mktemp("study")
+    for job in synthetic.seed_study_jobs("s", ks=(1, 3), n_problems=200):
+        synthetic.write_job(root, job)
+    r = load.load(root)
+    return r, aggregate.aggregate(r.requests, r.runs, n_boot=400)
+
+
+def test_confidence_intervals_contain_the_true_values(study):
+    _, t = study
+    truth = {v.name: v for v in synthetic.SEED_STUDY}
+    acc = t.apply(lambda r: r["accuracy_lo"] <= truth[r["variant"]].accuracy
+                  <= r["accuracy_hi"], axis=1)  # fmt: skip
+    spec = t[t["k"] > 0]
+    alpha = spec.apply(lambda r: r["alpha_lo"] <= truth[r["variant"]].alpha <= r["alpha_hi"],
+                       axis=1)  # fmt: skip
+    true_speedup = spec.apply(lambda r: theory.predicted_speedup(
+        truth[r["variant"]].alpha, r["k"], truth[r["variant"]].cost), axis=1)  # fmt: skip
+    speedup = (spec["speedup_tpot_lo"] <= true_speedup) & (true_speedup <= spec["speedup_tpot_hi"])
+    # 95% intervals: nearly all must cover; a biased estimator or a too-narrow CI would not
+    assert acc.mean() >= 0.8 and alpha.mean() >= 0.8 and speedup.mean() >= 0.8
+    assert (spec["speedup_tpot_hi"] - spec["speedup_tpot_lo"]).max() < 0.2
+
+
+def test_seeds_pool_into_their_problems(tmp_path):
+    for seed in (0, 1):
+        synthetic.write_job(tmp_path, synthetic.Job("p", V["cot"], "synth_easy", "easy", 0,
+                                                    seed=seed, n_problems=30))  # fmt: skip
+    r = load.load(tmp_path)
+    row = aggregate.aggregate(r.requests, r.runs, n_boot=100).iloc[0]
+    assert row["n_runs"] == 2 and row["seeds"] == "0,1"
+    assert row["n_problems"] == 30 and row["n_requests"] == 60
+    assert row["accuracy"] == pytest.approx(r.requests["correct"].mean())
+
+
+def test_speedup_needs_a_baseline_of_the_same_target_and_concurrency(tmp_path):
+    jobs = [
+        synthetic.Job("m", V["cod"], "synth_easy", "easy", 0, n_problems=20),
+        synthetic.Job("m", V["cod_sd"], "synth_easy", "easy", 2, n_problems=20),
+        synthetic.Job("m", V["cot_sd"], "synth_easy", "easy", 2, n_problems=20),
+        synthetic.Job("m", V["cod_sd"], "synth_easy", "easy", 2, concurrency=4, n_problems=20),
+    ]
+    for j in jobs:
+        synthetic.write_job(tmp_path, j)
+    r = load.load(tmp_path)
+    t = aggregate.aggregate(r.requests, r.runs, n_boot=100)
+    speedup = t.set_index(["variant", "concurrency"])["speedup_tpot"]
+    assert speedup[("cod_sd", 1)] > 1
+    assert np.isnan(speedup[("cot_sd", 1)])  # no cot target at K = 0
+    assert np.isnan(speedup[("cod_sd", 4)])  # no K = 0 run at concurrency 4
+
+
+def test_headline_picks_k0_for_plain_and_best_k_for_draft_variants(study):
+    _, t = study
+    h = aggregate.headline(t)
+    assert len(h) == 5 * 3  # variants x datasets
+    assert (h.loc[h["draft"] == "none", "k"] == 0).all()
+    assert (h.loc[h["draft"] != "none", "k"] == 3).all()  # K=3 beats K=1 at c=0.08
+
+
+def test_bootstrap_ratio_and_paired_comparisons():
+    rng = np.random.default_rng(0)
+    num, den = rng.random((50, 2)), rng.random((50, 2)) + 1
+    point, lo, hi = bootstrap.ratio(num, den, 500, np.random.default_rng(1))
+    assert point == pytest.approx(num.sum(0) / den.sum(0))
+    assert (lo < point).all() and (point < hi).all()
+    same = bootstrap.paired((num, den), (num, den), "ratio", 200, np.random.default_rng(2))
+    assert np.allclose(same, 1.0)  # identical groups: ratio 1 with no spread
+    diff = bootstrap.paired((num, den), (num * 2, den), "difference", 200, rng)
+    assert diff[0] == pytest.approx(num.sum(0) / den.sum(0))
+    with pytest.raises(ValueError, match="how='sum'"):
+        bootstrap.paired((num, den), (num, den), "sum", 10, rng)
+
+
+def test_bootstrap_is_seeded_per_group():
+    a = bootstrap.rng_for(0, ("s", "cot", 3)).random(3)
+    assert np.array_equal(a, bootstrap.rng_for(0, ("s", "cot", 3)).random(3))
+    assert not np.array_equal(a, bootstrap.rng_for(1, ("s", "cot", 3)).random(3))
+
+
+def test_verdicts_follow_the_synthetic_truths(study):
+    r, t = study
+    verdicts = hypotheses.judge(r.requests, t, n_boot=300)
+    by = {}
+    for v in verdicts:
+        by.setdefault(v.hypothesis, []).append(v.verdict)
+    assert by[1] == ["supported"] * 6  # cot, cod (0.70, 0.66) vs base (0.35) on 3 datasets
+    assert by[2] == ["supported"] * 6  # lossless: accuracy difference exactly 0
+    assert len(by[3]) == 3 and "refuted" not in by[3]  # 0.4x tokens, accuracy -0.04
+
+
+def test_chain_of_draft_verdicts_resolve_with_enough_problems(tmp_path):
+    cot = V["cot"]
+    equal = synthetic.Variant("cod", "cod", None, "cod", cot.accuracy, 80)
+    worse = synthetic.Variant("cod", "cod", None, "cod", cot.accuracy - 0.3, 80)
+    for sweep, cod in (("equal", equal), ("worse", worse)):
+        for v in (cot, cod):
+            synthetic.write_job(tmp_path, synthetic.Job(sweep, v, "synth_easy", "easy", 0,
+                                                        n_problems=4000))  # fmt: skip
+    r = load.load(tmp_path)
+    t = aggregate.aggregate(r.requests, r.runs, n_boot=300)
+    verdicts = {v.sweep_id: v for v in hypotheses.judge(r.requests, t, n_boot=300)}
+    assert verdicts["equal"].verdict == "supported", verdicts["equal"].evidence
+    assert verdicts["worse"].verdict == "refuted", verdicts["worse"].evidence
+
+
+def test_rejected_tokens_are_classified_by_kind():
+    texts = pd.Series(["12", " 3.5", "+", " =", "\\frac", "{", " the", "apples", "\n", " ",
+                       "x2", "."])  # fmt: skip
+    assert rejections.token_kinds(texts).tolist() == [
+        "digit", "digit", "operator", "operator", "latex", "latex", "word", "word",
+        "whitespace", "whitespace", "other", "other",
+    ]  # fmt: skip
+
+
+def test_rejection_shares_sum_to_one_per_variant(study):
+    r, _ = study
+    kinds = rejections.rejection_kinds(r.requests)
+    shares = kinds.groupby(["variant", "dataset"])["share"].sum()
+    assert np.allclose(shares, 1.0) and set(kinds["variant"]) == {"cot_sd", "cod_sd"}
+    top = kinds.loc[kinds.groupby(["variant", "dataset"])["share"].idxmax()]
+    assert set(top.loc[top["variant"] == "cot_sd", "kind"]) == {"word"}  # synthetic mix
+    assert set(top.loc[top["variant"] == "cod_sd", "kind"]) == {"digit"}

@@ -1,0 +1,120 @@
+"""Loading stored runs: every complete run read, partial and corrupt ones listed and skipped."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from reports import load, synthetic
+
+N = 20
+
+
+@pytest.fixture
+def results(tmp_path):
+    """Two sweeps of synthetic runs: 'a' (base and cot_sd at K=2) and 'b' (cot)."""
+    v = {x.name: x for x in synthetic.SEED_STUDY}
+    jobs = [
+        synthetic.Job("a", v["base"], "synth_easy", "easy", 0, n_problems=N),
+        synthetic.Job("a", v["cot_sd"], "synth_easy", "easy", 2, n_problems=N, detailed=True),
+        synthetic.Job("b", v["cot"], "synth_hard", "hard", 0, n_problems=N),
+    ]
+    dirs = [synthetic.write_job(tmp_path, j) for j in jobs]
+    return tmp_path, dirs
+
+
+def test_every_complete_run_is_loaded_into_tidy_tables(results):
+    root, _ = results
+    r = load.load(root)
+    assert r.skipped == ()
+    assert len(r.runs) == 3 and len(r.requests) == 3 * N
+    assert set(r.requests["sweep_id"]) == {"a", "b"}
+    assert "output_token_ids" not in r.requests  # the big column stays on disk
+    assert set(r.requests["draft"]) == {"none", "cot"}
+    assert r.requests["correct"].dtype == float
+    spec = r.runs.set_index("variant").loc["cot_sd"]
+    assert spec["spec_accepted_per_pos"] is not None and len(spec["spec_accepted_per_pos"]) == 2
+    assert spec["hardware_cpu_count"] == 2 and spec["versions_vllm"] == "synthetic"
+
+
+def test_named_sweeps_only(results):
+    root, _ = results
+    r = load.load(root, ["b"])
+    assert set(r.requests["sweep_id"]) == {"b"} and len(r.runs) == 1
+
+
+def test_unknown_sweep_is_one_clear_error(results):
+    root, _ = results
+    with pytest.raises(ValueError, match=r"sweep 'nope' not found.*sweeps: a, b"):
+        load.load(root, ["nope"])
+
+
+def test_missing_results_dir_loads_nothing(tmp_path):
+    r = load.load(tmp_path / "absent")
+    assert r.requests.empty and r.runs.empty and r.skipped == ()
+
+
+def _break(job_dir, how):
+    summary = job_dir / "summary.json"
+    requests = job_dir / "requests.parquet"
+    if how == "no summary":
+        summary.unlink()
+    elif how == "not complete":
+        summary.write_text(json.dumps({**json.loads(summary.read_text()), "complete": False}))
+    elif how == "corrupt summary":
+        summary.write_text('{"complete": tr')
+    elif how == "no requests":
+        requests.unlink()
+    elif how == "corrupt requests":
+        requests.write_bytes(b"PAR1 not really parquet")
+    elif how == "missing column":
+        pq.write_table(pq.read_table(requests).drop_columns(["tpot_s"]), requests)
+    elif how == "short":
+        pq.write_table(pq.read_table(requests).slice(0, N - 1), requests)
+
+
+REASONS = {
+    "no summary": "partial: no summary.json",
+    "not complete": "partial: summary.json is not marked complete",
+    "corrupt summary": "corrupt summary.json",
+    "no requests": "no requests.parquet",
+    "corrupt requests": "corrupt requests.parquet",
+    "missing column": "requests.parquet lacks columns: tpot_s",
+    "short": f"{N - 1} request rows but summary.json says {N}",
+}
+
+
+@pytest.mark.parametrize("how", list(REASONS))
+def test_partial_or_corrupt_run_is_skipped_with_its_reason(results, how):
+    root, dirs = results
+    _break(dirs[1], how)
+    r = load.load(root)
+    assert [s.path for s in r.skipped] == [str(dirs[1])]
+    assert r.skipped[0].reason.startswith(REASONS[how])
+    assert len(r.runs) == 2 and len(r.requests) == 2 * N
+
+
+def test_hidden_temp_dirs_are_ignored_and_failed_jobs_listed(results):
+    root, _ = results
+    (root / "a" / ".tmp-job-123").mkdir()
+    (root / "a" / "failures.jsonl").write_text(
+        json.dumps({"job": "gone", "error": "RuntimeError: boom"}) + "\nnot json\n"
+        + json.dumps({"job": "base-synth_easy-k0-c1-s0", "error": "old failure"}) + "\n"
+    )  # fmt: skip
+    r = load.load(root)
+    assert [(s.path, s.reason) for s in r.skipped] == [
+        (str(root / "a" / "gone"), "failed: RuntimeError: boom")
+    ]  # a job that failed once and then completed is not listed
+    assert len(r.runs) == 3
+
+
+def test_optional_columns_missing_from_older_files_become_null(results):
+    root, dirs = results
+    path = dirs[0] / "requests.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["rejection_tokens", "extractor"]), path)
+    r = load.load(root)
+    assert r.skipped == ()
+    base = r.requests[r.requests["variant"] == "base"]
+    assert base["rejection_tokens"].isna().all() and base["extractor"].isna().all()

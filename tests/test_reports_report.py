@@ -1,0 +1,146 @@
+"""`python -m reports` end to end on synthetic runs: figures, REPORT.md, determinism, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import matplotlib.image as mpimg
+import pytest
+
+from reports import figures, synthetic
+from reports.__main__ import add_cli_args, main
+from reports.report import make_report
+
+ALWAYS = {name for name, *_ in figures.REPORT_FIGURES} - {"speedup_vs_concurrency"}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """A seed-study sweep at concurrency 1 (K = 1, 3) plus one partial run directory."""
+    root = tmp_path_factory.mktemp("results")
+    for job in synthetic.seed_study_jobs("study", ks=(1, 3), n_problems=40):
+        synthetic.write_job(root, job)
+    (root / "study" / "killed-job").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A sweep of two runs: cot at K = 0 and cot_sd at K = 2, 20 problems."""
+    root = tmp_path_factory.mktemp("tiny")
+    v = {x.name: x for x in synthetic.SEED_STUDY}
+    for name, k in (("cot", 0), ("cot_sd", 2)):
+        synthetic.write_job(root, synthetic.Job("tiny", v[name], "synth_easy", "easy", k,
+                                                n_problems=20))  # fmt: skip
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(results, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out") / "study"
+    return make_report(results, out, n_boot=200)
+
+
+def test_every_figure_with_data_is_drawn_and_not_blank(report):
+    for name in ALWAYS:
+        png = report.parent / "figures" / f"{name}.png"
+        assert png.is_file(), name
+        pixels = mpimg.imread(png)[..., :3]
+        assert pixels.std() > 0.05, name  # not an empty canvas
+        assert min(pixels.shape[:2]) > 300, name
+
+
+def test_a_figure_without_data_is_skipped_with_a_note(report):
+    text = report.read_text()
+    assert not (report.parent / "figures" / "speedup_vs_concurrency.png").exists()
+    assert "speedup vs concurrency**: skipped, no sweep ran more than one concurrency" in text
+
+
+def test_report_states_tables_hypotheses_environment_and_skips(report):
+    text = report.read_text()
+    for section in ("## Seed hypotheses", "## Headline results", "## Analytical model vs "
+                    "measurement", "## Figures", "## All configurations", "## Hardware and "
+                    "software", "## Skipped run directories", "## Definitions"):  # fmt: skip
+        assert section in text
+    assert "### H1. Reasoning fine-tuning improves accuracy" in text
+    assert "**Verdict: supported**" in text
+    assert "`killed-job`" not in text and "killed-job` | partial: no summary.json" in text
+    assert "synthetic" in text  # the versions table
+    for name in ALWAYS:
+        assert f"](figures/{name}.png)" in text
+
+
+def test_regenerating_gives_identical_tables(tiny, tmp_path):
+    first, again = (make_report(tiny, tmp_path / name, n_boot=100) for name in ("a", "b"))
+    assert again.read_text() == first.read_text()
+    for csv in ("aggregates.csv", "fits.csv"):
+        assert (again.parent / csv).read_bytes() == (first.parent / csv).read_bytes()
+
+
+def test_stale_figures_are_removed_when_their_data_is_gone(tiny, tmp_path):
+    out = tmp_path / "r"
+    make_report(tiny, out, n_boot=50)
+    assert (out / "figures" / "latency_cdf.png").exists()
+    make_report(tmp_path / "empty", out, n_boot=50)
+    assert not list((out / "figures").glob("*.png"))
+    assert not (out / "aggregates.csv").exists()
+
+
+def test_partial_sweep_without_speculation_skips_those_parts(tmp_path):
+    v = {x.name: x for x in synthetic.SEED_STUDY}
+    for name in ("base", "cot"):
+        synthetic.write_job(tmp_path / "res", synthetic.Job("p", v[name], "synth_easy", "easy", 0,
+                                                            n_problems=30))  # fmt: skip
+    text = make_report(tmp_path / "res", tmp_path / "out", n_boot=50).read_text()
+    assert "Not testable with these runs: needs a draft variant at K > 0" in text
+    assert "acceptance vs k**: skipped, no speculative runs (K > 0)" in text
+    assert (tmp_path / "out" / "figures" / "accuracy_by_variant.png").is_file()
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    return main(parser.parse_args(argv))
+
+
+def test_cli_without_results_says_so_and_exits_zero(tmp_path, capsys):
+    code = _run(["--results-dir", str(tmp_path / "none"), "--out-dir", str(tmp_path / "o")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "No complete runs found" in out
+    assert (tmp_path / "o" / "all" / "REPORT.md").is_file()
+
+
+def test_cli_names_the_report_after_its_sweeps(tiny, tmp_path, capsys):
+    code = _run(["--results-dir", str(tiny), "--sweep", "tiny", "--out-dir", str(tmp_path),
+                 "--bootstrap", "50"])  # fmt: skip
+    assert code == 0 and (tmp_path / "tiny" / "REPORT.md").is_file()
+    assert "runs from 1 sweep(s)" in capsys.readouterr().out
+
+
+def test_cli_unknown_sweep_is_one_error_line(results, tmp_path, capsys):
+    code = _run(["--results-dir", str(results), "--sweep", "nope", "--out-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0
+    assert "sweep 'nope' not found" in err and "study" in err
+
+
+def test_cli_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _run(["--help"])
+    assert exit_.value.code == 0
+    assert "--results-dir" in capsys.readouterr().out
+
+
+def test_summary_warnings_reach_the_report(tiny, tmp_path):
+    job = next((tiny / "tiny").glob("cot_sd-*"))
+    summary = json.loads((job / "summary.json").read_text())
+    try:
+        (job / "summary.json").write_text(json.dumps({**summary, "counter_mismatch": "off by 2",
+                                                      "lossless_fraction": 0.5}))  # fmt: skip
+        text = make_report(tiny, tmp_path / "m", n_boot=50).read_text()
+    finally:
+        (job / "summary.json").write_text(json.dumps(summary))
+    assert f"counter mismatch in `{job.name}`: off by 2" in text
+    assert f"`{job.name}`: only 0.500 of outputs equal the target's own" in text

@@ -1,0 +1,87 @@
+"""The analytical model of speculative decoding against hand-computed values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reports import theory
+
+
+def test_expected_tokens_matches_hand_computed_values():
+    # (1 - 0.8^6) / 0.2 = (1 - 0.262144) / 0.2 = 3.68928
+    assert theory.expected_tokens(0.8, 5) == pytest.approx(3.68928)
+    # (1 - 0.8^5) / 0.2 = (1 - 0.32768) / 0.2 = 3.3616
+    assert theory.expected_tokens(0.8, 4) == pytest.approx(3.3616)
+    assert round(theory.expected_tokens(0.8, 5), 2) == 3.69
+
+
+def test_predicted_speedup_matches_hand_computed_value():
+    # E = 3.3616 tokens per step for a step costing 4 * 0.05 + 1 = 1.2 target forwards
+    assert theory.predicted_speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
+    assert round(theory.predicted_speedup(0.8, 4, 0.05), 2) == 2.80
+
+
+def test_expected_tokens_edges_are_k_plus_one_and_one():
+    ks = np.arange(8)
+    assert np.array_equal(theory.expected_tokens(1.0, ks), ks + 1.0)
+    assert np.array_equal(theory.expected_tokens(0.0, ks), np.ones(8))
+    assert theory.predicted_speedup(0.7, 0, 0.3) == 1.0  # K = 0 is plain decoding
+
+
+def test_functions_broadcast_over_arrays():
+    a = np.array([0.6, 0.7, 0.8])[:, None]
+    k = np.array([1, 3, 5])[None, :]
+    e = theory.expected_tokens(a, k)
+    assert e.shape == (3, 3)
+    assert e[2, 2] == pytest.approx(3.68928)
+    assert isinstance(theory.expected_tokens(0.5, 2), float)
+
+
+def test_acceptance_rate_is_accepted_over_proposed_under_the_model():
+    # K = 2: accepted drafts per step a + a^2, over 2 proposed
+    assert theory.acceptance_rate(0.6, 2) == pytest.approx((0.6 + 0.36) / 2)
+
+
+def test_break_even_cost_gives_speedup_one():
+    for a, k in [(0.6, 3), (0.8, 5), (0.9, 7)]:
+        c = theory.break_even_cost(a, k)
+        assert theory.predicted_speedup(a, k, c) == pytest.approx(1.0)
+        assert theory.predicted_speedup(a, k, c * 0.9) > 1 > theory.predicted_speedup(a, k, c * 1.1)
+
+
+@pytest.mark.parametrize("a, c", [(0.6, 0.1), (0.8, 0.05), (0.9, 0.02), (0.95, 0.2), (0.7, 0.5)])
+def test_best_k_is_the_argmax_of_predicted_speedup(a, c):
+    ks = np.arange(theory.K_MAX + 1)
+    brute = int(np.argmax([theory.predicted_speedup(a, k, c) for k in ks]))
+    assert theory.best_k(a, c) == brute
+
+
+def test_best_k_is_zero_when_drafting_never_pays():
+    assert theory.best_k(0.2, 0.9) == 0
+    assert (
+        theory.best_k(0.8, 0.05) == 8
+    )  # E/(Kc+1): K=8 4.329/1.40 = 3.092 > K=9 4.463/1.45 = 3.078
+
+
+def test_best_k_grid_matches_scalar_calls():
+    a, c = np.meshgrid([0.6, 0.8, 0.9], [0.02, 0.1, 0.3])
+    grid = theory.best_k(a, c)
+    assert grid.shape == (3, 3)
+    assert all(grid[i, j] == theory.best_k(a[i, j], c[i, j]) for i in range(3) for j in range(3))
+
+
+def test_alpha_mle_recovers_a_from_exact_geometric_counts():
+    a, k, steps = 0.7, 5, 10_000
+    per_pos = steps * a ** np.arange(1, k + 1)  # steps that accepted positions 1..i
+    assert theory.alpha_mle(per_pos, steps) == pytest.approx(a)
+    assert theory.position_attempts(per_pos, steps) == pytest.approx(steps + per_pos[:-1].sum())
+    assert np.isnan(theory.alpha_mle([0, 0], 0))
+
+
+def test_cost_ratio_from_speedup_inverts_the_prediction():
+    a, k, c = 0.75, 3, 0.12
+    speedup = theory.predicted_speedup(a, k, c)
+    assert theory.cost_ratio_from_speedup(a, k, speedup) == pytest.approx(c)
+    # a faster measurement means a cheaper draft
+    assert theory.cost_ratio_from_speedup(a, k, speedup * 1.1) < c
