@@ -61,6 +61,7 @@ SPEEDUPS = {
     "speedup_tokens_per_s": Ratio("s_per_token", "e2e_s", "output_tokens"),
 }
 SUMMED = tuple(dict.fromkeys(c for r in (*RATIOS, *SPEEDUPS.values()) for c in (r.num, r.den)))
+_COL = {c: i for i, c in enumerate(SUMMED)}  # column of each summed statistic in a Block
 
 
 def position_counts(histograms: pd.Series) -> pd.DataFrame:
@@ -93,7 +94,8 @@ def position_counts(histograms: pd.Series) -> pd.DataFrame:
 
 
 def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
-    """The request table plus the numeric columns :data:`SUMMED` names, nulls as 0."""
+    """The request table plus the numeric columns :data:`SUMMED` names (nulls as 0) and
+    ``problem_code``, the rank of ``problem_id`` (the bootstrap's unit)."""
     df = requests.copy()
     df["n"] = 1.0
     df["n_ttft"] = df["ttft_s"].notna().astype(float)
@@ -102,16 +104,47 @@ def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
     df["position_attempts"] = np.bincount(pos["row"], weights=pos["reached"], minlength=len(df))
     for col in SUMMED:
         df[col] = df[col].astype(float).fillna(0.0)
+    df["problem_code"] = pd.factorize(df["problem_id"], sort=True)[0]
     return df
 
 
-def problem_sums(df: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFrame:
-    """Sums of :data:`SUMMED` per (keys, problem_id): seeds and repeats pool."""
-    return df.groupby([*keys, "problem_id"], sort=True, dropna=False)[list(SUMMED)].sum()
+@dataclass(frozen=True)
+class Block:
+    """Per-problem sums of one group: sorted problem codes and a (problems, SUMMED) array."""
+
+    problems: np.ndarray
+    values: np.ndarray
+
+    def arrays(self, ratios: tuple[Ratio, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(num, den) columns of ``ratios``."""
+        return self.values[:, [_COL[r.num] for r in ratios]], self.values[
+            :, [_COL[r.den] for r in ratios]
+        ]
+
+    def on(self, problems: np.ndarray) -> Block:
+        """The same sums laid out on ``problems`` (a sorted superset), zeros elsewhere."""
+        values = np.zeros((len(problems), self.values.shape[1]))
+        values[np.searchsorted(problems, self.problems)] = self.values
+        return Block(problems, values)
 
 
-def ratio_arrays(sums: pd.DataFrame, ratios: tuple[Ratio, ...]) -> tuple[np.ndarray, np.ndarray]:
-    return sums[[r.num for r in ratios]].to_numpy(), sums[[r.den for r in ratios]].to_numpy()
+def _labels(index: pd.Index) -> list[tuple]:
+    return [k if isinstance(k, tuple) else (k,) for k in index]
+
+
+def blocks(df: pd.DataFrame, keys: tuple[str, ...]) -> dict[tuple, Block]:
+    """Group key -> :class:`Block` of :data:`SUMMED` per problem (seeds and repeats pool);
+    ``df`` comes from :func:`with_sums`."""
+    grouped = df.groupby(list(keys), sort=True, dropna=False)
+    labels, gid = _labels(grouped.size().index), grouped.ngroup().to_numpy()
+    sums = df[list(SUMMED)].groupby([gid, df["problem_code"].to_numpy()], sort=True).sum()
+    values = sums.to_numpy(float)
+    codes = sums.index.get_level_values(1).to_numpy()
+    bounds = np.searchsorted(sums.index.get_level_values(0).to_numpy(), np.arange(len(labels) + 1))
+    return {
+        label: Block(codes[lo:hi], values[lo:hi])
+        for label, lo, hi in zip(labels, bounds[:-1], bounds[1:], strict=True)
+    }
 
 
 def _ci_columns(names: list[str], point, lo, hi) -> dict[str, float]:
@@ -121,39 +154,33 @@ def _ci_columns(names: list[str], point, lo, hi) -> dict[str, float]:
     return row
 
 
-def _group_stats(sums: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
+def _group_stats(groups: dict[tuple, Block], n_boot: int, seed: int) -> pd.DataFrame:
     offsets = np.array([r.offset for r in RATIOS])
     rows = []
-    for key, g in sums.groupby(level=list(GROUP), sort=True, dropna=False):
-        point, lo, hi = bootstrap.ratio(
-            *ratio_arrays(g, RATIOS), n_boot, bootstrap.rng_for(seed, key)
-        )
+    for key, block in groups.items():
+        point, lo, hi = bootstrap.ratio(*block.arrays(RATIOS), n_boot, seed)
         stats = _ci_columns([r.name for r in RATIOS], point + offsets, lo + offsets, hi + offsets)
-        rows.append({**dict(zip(GROUP, key, strict=True)), "n_problems": len(g), **stats})
+        rows.append({**dict(zip(GROUP, key, strict=True)), "n_problems": len(block.problems),
+                     **stats})  # fmt: skip
     return pd.DataFrame(rows)
 
 
-def _speedups(sums: pd.DataFrame, base: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
+def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataFrame:
     """Paired speedups of every group over its K = 0 baseline (NaN without one)."""
     ratios = tuple(SPEEDUPS.values())
-    base_groups = dict(iter(base.groupby(level=list(BASELINE), sort=False, dropna=False)))
+    at = [GROUP.index(c) for c in BASELINE]
     rows = []
-    for key, g in sums.groupby(level=list(GROUP), sort=True, dropna=False):
+    for key, block in groups.items():
         labels = dict(zip(GROUP, key, strict=True))
-        b = base_groups.get(tuple(labels[c] for c in BASELINE))
-        if b is None:
+        base = baselines.get(tuple(key[i] for i in at))
+        if base is None:
             rows.append(labels)
             continue
-        g, b = g.droplevel(list(GROUP)), b.droplevel(list(BASELINE))
-        problems = g.index.union(b.index)
-        g, b = g.reindex(problems, fill_value=0.0), b.reindex(problems, fill_value=0.0)
+        problems = np.union1d(block.problems, base.problems)
         point, lo, hi = bootstrap.paired(
-            ratio_arrays(g, ratios),
-            ratio_arrays(b, ratios),
-            "ratio",
-            n_boot,
-            bootstrap.rng_for(seed, key),
-        )
+            block.on(problems).arrays(ratios), base.on(problems).arrays(ratios), "ratio",
+            n_boot, seed,
+        )  # fmt: skip
         rows.append({**labels, **_ci_columns(list(SPEEDUPS), point, lo, hi)})
     names = [f"{s}{end}" for s in SPEEDUPS for end in ("", "_lo", "_hi")]
     return pd.DataFrame(rows, columns=[*GROUP, *names])
@@ -187,9 +214,9 @@ def aggregate(
     if requests.empty:
         return pd.DataFrame(columns=[*GROUP, "n_problems"])
     df = with_sums(requests)
-    sums = problem_sums(df, GROUP)
-    stats = _group_stats(sums, n_boot, seed)
-    speedups = _speedups(sums, problem_sums(df[df["k"] == 0], BASELINE), n_boot, seed)
+    groups = blocks(df, GROUP)
+    stats = _group_stats(groups, n_boot, seed)
+    speedups = _speedups(groups, blocks(df[df["k"] == 0], BASELINE), n_boot, seed)
     quantiles = (
         df.groupby(list(GROUP), sort=True, dropna=False)["e2e_s"]
         .quantile([0.5, 0.9])
@@ -228,29 +255,30 @@ def positions(
     spec = requests[requests["k"] > 0].reset_index(drop=True)
     if spec.empty:
         return pd.DataFrame(columns=[*GROUP, "position", "acceptance", "lo", "hi"])
+    grouped = spec.groupby(list(GROUP), sort=True, dropna=False)
+    labels, gid = _labels(grouped.size().index), grouped.ngroup().to_numpy()
     pos = position_counts(spec["acceptance_histogram"])
-    labels = spec.loc[pos["row"], [*GROUP, "problem_id"]].reset_index(drop=True)
+    problem = pd.factorize(spec["problem_id"], sort=True)[0]
     sums = (
-        pd.concat([labels, pos], axis=1)
-        .groupby([*GROUP, "problem_id", "position"], sort=True, dropna=False)[
-            ["accepted", "reached"]
-        ]
+        pos[["reached", "accepted"]]
+        .groupby([gid[pos["row"]], problem[pos["row"]], pos["position"].to_numpy()], sort=True)
         .sum()
-        .unstack("position", fill_value=0)
     )
+    g, p, i = (sums.index.get_level_values(n).to_numpy() for n in range(3))
+    bounds = np.searchsorted(g, np.arange(len(labels) + 1))
     rows = []
-    for key, g in sums.groupby(level=list(GROUP), sort=True, dropna=False):
-        group = dict(zip(GROUP, key, strict=True))
-        at = list(range(1, int(group["k"]) + 1))
-        point, lo, hi = bootstrap.ratio(
-            g["accepted"][at].to_numpy(float),
-            g["reached"][at].to_numpy(float),
-            n_boot,
-            bootstrap.rng_for(seed, ("positions", key)),
-        )
-        for i, position in enumerate(at):
-            stats = {"acceptance": point[i], "lo": lo[i], "hi": hi[i]}
-            rows.append({**group, "position": position, **stats})
+    for label, lo, hi in zip(labels, bounds[:-1], bounds[1:], strict=True):
+        group = dict(zip(GROUP, label, strict=True))
+        k = int(group["k"])
+        problems, row = np.unique(p[lo:hi], return_inverse=True)
+        counts = {}
+        for col in ("reached", "accepted"):
+            counts[col] = np.zeros((len(problems), k))
+            counts[col][row, i[lo:hi] - 1] = sums[col].to_numpy()[lo:hi]
+        point, low, high = bootstrap.ratio(counts["accepted"], counts["reached"], n_boot, seed)
+        for j in range(k):
+            stats = {"acceptance": point[j], "lo": low[j], "hi": high[j]}
+            rows.append({**group, "position": j + 1, **stats})
     return sort_groups(pd.DataFrame(rows), then=("position",))
 
 
@@ -284,12 +312,9 @@ def contrast(
 ) -> tuple[float, float, float]:
     """One statistic of two request sets compared over their problems (paired bootstrap):
     y / x (``how="ratio"``) or y - x (``how="difference"``), with its 95% CI."""
-    sums = [problem_sums(with_sums(r), ()) for r in (x, y)]
-    problems = sums[0].index.union(sums[1].index)
-    sx, sy = (s.reindex(problems, fill_value=0.0) for s in sums)
-    runs = tuple(tuple(sorted(set(r["run_id"]))) for r in (x, y))
-    rng = bootstrap.rng_for(seed, ("contrast", ratio.name, how, runs))
-    point, lo, hi = bootstrap.paired(
-        ratio_arrays(sx, (ratio,)), ratio_arrays(sy, (ratio,)), how, n_boot, rng
-    )
+    df = with_sums(pd.concat([x.assign(_side=0), y.assign(_side=1)], ignore_index=True))
+    sides = blocks(df, ("_side",))
+    problems = np.union1d(*(b.problems for b in sides.values()))
+    bx, by = (sides[(side,)].on(problems) for side in (0, 1))
+    point, lo, hi = bootstrap.paired(bx.arrays((ratio,)), by.arrays((ratio,)), how, n_boot, seed)
     return float(point[0]), float(lo[0]), float(hi[0])

@@ -8,14 +8,15 @@ count-weighted sums, ``(W @ num) / (W @ den)`` with W the (replicates x problems
 of multinomial counts. All statistics of a group share the same W, and two groups
 compared with :func:`paired` share it too (a paired bootstrap over their problems).
 
-Seeds come from :func:`rng_for` (the report seed and the group's key), so a group's
-interval does not depend on which other groups were loaded.
+The matrix W depends only on the number of problems and the report seed
+(:func:`weights`), so a group's interval does not depend on which other groups were
+loaded, and W is drawn once per group size rather than once per group.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
-import zlib
 
 import numpy as np
 
@@ -23,15 +24,14 @@ N_BOOT = 1000  # replicates
 LEVEL = 0.95  # two-sided coverage of the percentile interval
 
 
-def rng_for(seed: int, key: object) -> np.random.Generator:
-    """A generator fixed by the report seed and a group key (stable across runs)."""
-    return np.random.default_rng([seed, zlib.crc32(repr(key).encode())])
-
-
-def _weights(n_units: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_boot, n_units) counts: how often each unit is drawn in each replicate."""
+@functools.lru_cache(maxsize=8)
+def weights(n_units: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, n_units) counts: how often each unit is drawn in each replicate (read-only)."""
+    rng = np.random.default_rng([seed, n_units])
     draws = rng.integers(0, n_units, (n_boot, n_units)) + n_units * np.arange(n_boot)[:, None]
-    return np.bincount(draws.ravel(), minlength=n_boot * n_units).reshape(n_boot, n_units) * 1.0
+    w = np.bincount(draws.ravel(), minlength=n_boot * n_units).reshape(n_boot, n_units) * 1.0
+    w.flags.writeable = False
+    return w
 
 
 def _interval(replicates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -48,7 +48,7 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def ratio(
-    num: np.ndarray, den: np.ndarray, n_boot: int, rng: np.random.Generator
+    num: np.ndarray, den: np.ndarray, n_boot: int = N_BOOT, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Point estimate and interval of sum(num) / sum(den), column by column.
 
@@ -57,7 +57,7 @@ def ratio(
     Returns:
         (point, lo, hi), each of length ``statistics``; NaN where the denominator is 0.
     """
-    w = _weights(len(num), n_boot, rng)
+    w = weights(len(num), n_boot, seed)
     lo, hi = _interval(_ratio(w @ num, w @ den))
     return _ratio(num.sum(0), den.sum(0)), lo, hi
 
@@ -66,8 +66,8 @@ def paired(
     x: tuple[np.ndarray, np.ndarray],
     y: tuple[np.ndarray, np.ndarray],
     how: str,
-    n_boot: int,
-    rng: np.random.Generator,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compare two groups measured on the same problems: y / x or y - x of their ratios.
 
@@ -80,7 +80,7 @@ def paired(
     """
     if how not in ("ratio", "difference"):
         raise ValueError(f"how={how!r}: use 'ratio' or 'difference'")
-    w = _weights(len(x[0]), n_boot, rng)
+    w = weights(len(x[0]), n_boot, seed)
     mx, my = _ratio(w @ x[0], w @ x[1]), _ratio(w @ y[0], w @ y[1])
     px, py = _ratio(x[0].sum(0), x[1].sum(0)), _ratio(y[0].sum(0), y[1].sum(0))
     if how == "ratio":

@@ -52,14 +52,12 @@ def fit(
     spec = table[(table["k"] > 0) & (table["draft"] != "none")]
     if spec.empty:
         return pd.DataFrame(columns=COLUMNS)
-    sums = aggregate.problem_sums(aggregate.with_sums(requests[requests["k"] > 0]), CONFIG)
-    by_config = dict(iter(sums.groupby(level=list(CONFIG), sort=False, dropna=False)))
+    by_config = aggregate.blocks(aggregate.with_sums(requests[requests["k"] > 0]), CONFIG)
     rows = []
     for key, groups in spec.groupby(list(CONFIG), sort=True, dropna=False):
         labels = dict(zip(CONFIG, key, strict=True))
-        num, den = aggregate.ratio_arrays(by_config[key], (ALPHA,))
-        a, a_lo, a_hi = (float(x[0]) for x in bootstrap.ratio(
-            num, den, n_boot, bootstrap.rng_for(seed, ("alpha", key))))  # fmt: skip
+        point, lo, hi = bootstrap.ratio(*by_config[key].arrays((ALPHA,)), n_boot, seed)
+        a, a_lo, a_hi = float(point[0]), float(lo[0]), float(hi[0])
         first = groups.sort_values("k").iloc[0]
         c = theory.cost_ratio_from_speedup(
             a, first["k"], first[["speedup_tpot", "speedup_tpot_hi", "speedup_tpot_lo"]]

@@ -166,21 +166,23 @@ def test_headline_picks_k0_for_plain_and_best_k_for_draft_variants(study):
 def test_bootstrap_ratio_and_paired_comparisons():
     rng = np.random.default_rng(0)
     num, den = rng.random((50, 2)), rng.random((50, 2)) + 1
-    point, lo, hi = bootstrap.ratio(num, den, 500, np.random.default_rng(1))
+    point, lo, hi = bootstrap.ratio(num, den, 500, seed=1)
     assert point == pytest.approx(num.sum(0) / den.sum(0))
     assert (lo < point).all() and (point < hi).all()
-    same = bootstrap.paired((num, den), (num, den), "ratio", 200, np.random.default_rng(2))
+    same = bootstrap.paired((num, den), (num, den), "ratio", 200)
     assert np.allclose(same, 1.0)  # identical groups: ratio 1 with no spread
-    diff = bootstrap.paired((num, den), (num * 2, den), "difference", 200, rng)
+    diff = bootstrap.paired((num, den), (num * 2, den), "difference", 200)
     assert diff[0] == pytest.approx(num.sum(0) / den.sum(0))
     with pytest.raises(ValueError, match="how='sum'"):
-        bootstrap.paired((num, den), (num, den), "sum", 10, rng)
+        bootstrap.paired((num, den), (num, den), "sum", 10)
 
 
-def test_bootstrap_is_seeded_per_group():
-    a = bootstrap.rng_for(0, ("s", "cot", 3)).random(3)
-    assert np.array_equal(a, bootstrap.rng_for(0, ("s", "cot", 3)).random(3))
-    assert not np.array_equal(a, bootstrap.rng_for(1, ("s", "cot", 3)).random(3))
+def test_bootstrap_weights_are_fixed_by_size_and_seed():
+    w = bootstrap.weights(30, 100, 0)
+    assert w.shape == (100, 30) and (w.sum(axis=1) == 30).all()  # each replicate draws 30
+    assert np.array_equal(w, bootstrap.weights(30, 100, 0).copy())
+    assert not np.array_equal(w, bootstrap.weights(30, 100, 1))
+    assert abs(w.mean() - 1) < 0.05 and w.max() > 1  # drawn with replacement
 
 
 def test_verdicts_follow_the_synthetic_truths(study):
