@@ -141,6 +141,12 @@ def validate(cfg: Any) -> None:
     )
     _check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
     _check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")
+    _check(
+        cfg.concurrency <= cfg.engine.max_num_seqs,
+        "concurrency",
+        cfg.concurrency,
+        f"must be <= engine.max_num_seqs={cfg.engine.max_num_seqs} (requests the engine runs at once)",
+    )
     _check(cfg.max_tokens >= 1, "max_tokens", cfg.max_tokens, "must be >= 1")
     _check(cfg.temperature >= 0, "temperature", cfg.temperature, "must be >= 0")
     _check(

@@ -1,0 +1,121 @@
+"""The engine cache and the runner on a real vLLM engine (CPU, tiny random models).
+
+One module-scoped sequence keeps it to two engine launches: plain decoding, then
+draft-model speculation with K = 1.
+"""
+
+from __future__ import annotations
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from harness import engine as engines
+from harness import metrics, results
+from harness.config import compose_config
+from harness.engine import EngineSpec
+from harness.job import run_job
+from harness.runner import generate, prepare
+
+pytestmark = pytest.mark.slow
+
+
+def _live_tree() -> tuple[float, set[int]]:
+    """RSS (MiB) of this process and its live children, and the children's pids."""
+    me = psutil.Process()
+    kids = [k for k in me.children(recursive=True) if k.status() != psutil.STATUS_ZOMBIE]
+    rss = me.memory_info().rss + sum(k.memory_info().rss for k in kids)
+    return rss / 2**20, {k.pid for k in kids}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture(scope="module")
+def overrides(tiny_pair, tmp_path_factory):
+    target, draft = tiny_pair
+    out = tmp_path_factory.mktemp("engine_results")
+    engines.clear()
+    yield [
+        f"models.targets.cot={target}",
+        f"models.drafts.cot={draft}",
+        f"results_dir={out}",
+        "limit=3",
+        "max_tokens=24",
+    ]
+    engines.clear()
+
+
+def test_one_launch_per_spec_and_a_switch_returns_the_memory(overrides):
+    rss_before, _ = _live_tree()
+    launches = engines.launches()
+    plain = EngineSpec.from_config(compose_config([*overrides, "variant=cot"]))
+    spec = EngineSpec.from_config(compose_config([*overrides, "variant=cot_sd", "spec.k=1"]))
+
+    first, reused = engines.get(plain)
+    assert not reused and first.start_s > 0
+    assert engines.get(plain) == (first, True)
+    rss_plain, plain_pids = _live_tree()
+    assert plain_pids and rss_plain - rss_before > 200  # the engine runs in child processes
+
+    second, reused = engines.get(spec)
+    rss_spec, spec_pids = _live_tree()
+    assert not reused and second.spec == spec
+    assert not any(_alive(pid) for pid in plain_pids - spec_pids)
+    assert rss_spec < rss_plain + 0.25 * (rss_plain - rss_before)  # one engine, not two
+    assert engines.launches() == launches + 2
+
+
+def test_greedy_speculation_reproduces_plain_decoding_and_matches_the_counters(overrides):
+    baseline = run_job(compose_config([*overrides, "variant=cot"]), progress=False)
+    launches = engines.launches()
+    summary = run_job(compose_config([*overrides, "variant=cot_sd", "spec.k=1"]), progress=False)
+    assert baseline.spec is None and baseline.lossless_fraction is None
+    assert summary.lossless_fraction == 1.0
+    assert summary.counter_mismatch is None
+    assert summary.spec.num_steps > 0 and summary.spec.num_draft_tokens == summary.spec.num_steps
+    assert engines.launches() == launches + 1  # the plain engine was shut down for this spec
+
+
+def test_sampled_speculation_records_the_corrections_at_rejections(overrides):
+    cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1", "temperature=1.0", "seed=3"])
+    summary = run_job(cfg, progress=False)
+    assert summary.engine_reused and summary.engine_start_s == 0.0
+    assert summary.counter_mismatch is None
+    rows = pq.read_table(results.sweep_dir(cfg) / results.job_name(cfg) / results.REQUESTS)
+    rejections = 0
+    for row in rows.to_pylist():
+        assert 0 <= row["num_accepted_tokens"] <= row["num_draft_tokens"]
+        assert 0.0 <= row["acceptance_rate"] <= 1.0
+        assert row["output_tokens"] == len(row["output_token_ids"])
+        assert row["output_hash"] == metrics.output_hash(row["output_token_ids"])
+        rejected_steps = row["acceptance_histogram"][0]  # K = 1: a rejection accepts nothing
+        assert rejected_steps - 1 <= len(row["rejection_tokens"]) <= rejected_steps
+        rejections += len(row["rejection_tokens"])
+    assert rejections > 0  # random models under sampling disagree often
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_generate_keeps_the_requested_number_of_requests_in_flight(overrides, concurrency):
+    job = prepare(compose_config([*overrides, "variant=cot_sd", "spec.k=1"]))
+    engine, _ = engines.get(job.spec)
+    spans: dict[int, tuple[float, float]] = {}  # wall-clock (arrival, finish) per request
+
+    def on_output(index, output):
+        m = output.metrics
+        spans[index] = (
+            m.arrival_time,
+            m.arrival_time + m.first_token_latency + m.last_token_ts - m.first_token_ts,
+        )
+
+    prompts = [r.prompt_token_ids for r in job.requests]
+    generate(engine.llm, prompts, job.sampling_params(), concurrency, on_output)
+    assert sorted(spans) == [0, 1, 2]
+    last_arrival = max(start for start, _ in spans.values())
+    first_finish = min(end for _, end in spans.values())
+    all_overlap = last_arrival < first_finish
+    assert all_overlap == (concurrency == 3)

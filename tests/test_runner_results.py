@@ -1,0 +1,136 @@
+"""Records, job names, config hashes and atomic results on disk (no engine)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from harness import results
+from harness.config import compose_config
+from harness.metrics import SpecCounts, output_hash
+from harness.records import JobInfo, RequestRecord, RunSummary
+
+# The tidy request table of docs/ARCHITECTURE.md, in order.
+TIDY_COLUMNS = [
+    *("sweep_id", "run_id", "experiment", "variant", "target", "draft", "k", "dataset"),
+    *("difficulty", "prompt_style", "temperature", "seed", "concurrency", "problem_id"),
+    *("prompt_tokens", "output_tokens", "finish_reason", "pred_answer", "gold_answer"),
+    *("correct", "extractor", "ttft_s", "e2e_s", "tpot_s", "num_spec_steps"),
+    *("num_draft_tokens", "num_accepted_tokens", "acceptance_rate", "mean_acceptance_length"),
+    *("acceptance_histogram", "output_hash", "output_token_ids", "rejection_tokens"),
+]
+SPEC_COLUMNS = TIDY_COLUMNS[TIDY_COLUMNS.index("num_spec_steps") : -3]
+SUMMARY_KEYS = {
+    *("sweep_id", "run_id", "complete", "experiment", "variant", "target", "draft", "k"),
+    *("dataset", "difficulty", "prompt_style", "concurrency", "seed", "temperature"),
+    *("config", "config_hash", "versions", "hardware", "engine_start_s", "engine_reused"),
+    *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
+    *("spec", "counter_mismatch", "lossless_fraction"),
+}
+
+
+def _job(k: int = 2, **changes) -> JobInfo:
+    job = JobInfo("s", f"cot_sd-synth_easy-k{k}", "tiny", "cot_sd", "models/t", "models/d", k,
+                  "synth_easy", "easy", "cot", 0.0, 0, 1)  # fmt: skip
+    return dataclasses.replace(job, **changes)
+
+
+def _record(job: JobInfo, problem_id: str = "p1", ids=(5, 6, 7)) -> RequestRecord:
+    spec = job.k > 0
+    return RequestRecord(
+        job, problem_id, 10, len(ids), "stop", "7", "7", True, "hash", 0.1, 0.3, 0.1,
+        num_spec_steps=1 if spec else None, num_draft_tokens=2 if spec else None,
+        num_accepted_tokens=1 if spec else None, acceptance_rate=0.5 if spec else None,
+        mean_acceptance_length=2.0 if spec else None,
+        acceptance_histogram=(0, 1, 0) if spec else None, output_hash=output_hash(ids),
+        output_token_ids=tuple(ids), rejection_tokens=("x",) if spec else None,
+    )  # fmt: skip
+
+
+def _summary(job: JobInfo, config_hash: str = "h", max_tokens: int = 24) -> RunSummary:
+    return RunSummary(
+        job, {"max_tokens": max_tokens}, config_hash, {"vllm": "0"}, {"device": "cpu"}, 1.0,
+        False, 1, 2.0, 1, 3, 1.5, SpecCounts(1, 2, 1, (1, 0)) if job.k else None, None, None,
+    )  # fmt: skip
+
+
+def test_request_row_has_the_tidy_columns_in_order():
+    assert list(_record(_job()).to_row()) == TIDY_COLUMNS
+    assert [f.name for f in results.request_schema()] == TIDY_COLUMNS
+
+
+def test_k0_rows_have_no_spec_fields():
+    row = _record(_job(k=0, draft=None)).to_row()
+    assert all(row[c] is None for c in [*SPEC_COLUMNS, "rejection_tokens"])
+
+
+def test_summary_row_has_the_contract_keys_and_is_complete():
+    row = _summary(_job()).to_row()
+    assert set(row) == SUMMARY_KEYS
+    assert row["complete"] is True
+    assert row["spec"]["acceptance_rate"] == 0.5
+    assert _summary(_job(k=0)).to_row()["spec"] is None
+
+
+def test_job_name_is_readable_and_names_every_job_axis():
+    cfg = compose_config(["variant=cot_sd", "dataset=synth_hard", "spec.k=3", "limit=20"])
+    assert results.job_name(cfg) == "cot_sd-synth_hard-k3-c1-s0-t0-n20"
+    cfg = compose_config(["temperature=0.7", "concurrency=4", "seed=2", "limit=null"])
+    assert results.job_name(cfg) == "base-synth_easy-k0-c4-s2-t0.7-nall"
+
+
+def test_config_hash_ignores_where_results_go_and_force_but_not_the_job():
+    base = results.config_hash(compose_config([]))
+    assert results.config_hash(compose_config(["results_dir=elsewhere", "force=true"])) == base
+    assert results.config_hash(compose_config(["max_tokens=7"])) != base
+
+
+def test_written_job_is_complete_only_for_its_config_hash(tmp_path):
+    job_dir = tmp_path / "s" / "job"
+    job = _job()
+    results.write_job(job_dir, [_record(job), _record(job, "p2")], _summary(job, "abc"))
+    assert results.is_complete(job_dir, "abc")
+    assert not results.is_complete(job_dir, "other")
+    table = pq.read_table(job_dir / results.REQUESTS)
+    assert table.column_names == TIDY_COLUMNS and table.num_rows == 2
+    assert json.loads((job_dir / results.SUMMARY).read_text())["config_hash"] == "abc"
+
+
+def test_rewriting_a_job_replaces_it_and_leaves_no_temp_dirs(tmp_path):
+    job_dir, job = tmp_path / "s" / "job", _job()
+    results.write_job(job_dir, [_record(job)], _summary(job, "one"))
+    results.write_job(job_dir, [_record(job)], _summary(job, "two"))
+    assert results.is_complete(job_dir, "two")
+    assert [p.name for p in (tmp_path / "s").iterdir()] == ["job"]
+
+
+def test_a_dir_without_a_complete_summary_is_partial(tmp_path):
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / results.SUMMARY).write_text('{"complete": false}')
+    assert results.read_summary(tmp_path / "job") is None
+
+
+def test_failures_are_appended_one_json_line_each(tmp_path):
+    results.append_failure(tmp_path, "job-a", "h1", RuntimeError("engine died"))
+    results.append_failure(tmp_path, "job-b", "h2", ValueError("bad"))
+    lines = [json.loads(x) for x in (tmp_path / results.FAILURES).read_text().splitlines()]
+    assert [x["job"] for x in lines] == ["job-a", "job-b"]
+    assert lines[0]["error"] == "RuntimeError: engine died"
+
+
+def test_baseline_is_the_k0_run_of_the_same_target_dataset_and_max_tokens(tmp_path):
+    spec_job = _job(k=2)
+    base = _job(k=0, variant="cot", draft=None, run_id="base")
+    other_data = _job(k=0, variant="cot", draft=None, run_id="other", dataset="synth_hard")
+    for job, ids in ((base, (1, 2)), (other_data, (9, 9))):
+        results.write_job(tmp_path / job.run_id, [_record(job, ids=ids)], _summary(job))
+    assert results.baseline_hashes(tmp_path, spec_job, 24) == {"p1": output_hash((1, 2))}
+    assert results.baseline_hashes(tmp_path, spec_job, 99) is None
+
+
+@pytest.mark.parametrize("key", ["force", "results_dir", "sweep"])
+def test_unhashed_keys_exist_in_the_config(key):
+    assert key in compose_config([])

@@ -1,0 +1,64 @@
+"""The sweep plan: invalid combinations dropped, baselines deduplicated, jobs ordered by engine."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from harness.config import ConfigError, compose_config
+from harness.engine import EngineSpec
+from harness.sweeper import plan
+
+
+def _grid(**axes: str) -> list[tuple[list[str], object]]:
+    """Compose every combination like Hydra's BasicSweeper (first axis slowest)."""
+    jobs = []
+    for values in itertools.product(*(v.split(",") for v in axes.values())):
+        overrides = [f"{k.replace('__', '.')}={v}" for k, v in zip(axes, values, strict=True)]
+        jobs.append((overrides, compose_config(overrides)))
+    return jobs
+
+
+def _axis(overrides: list[str], key: str) -> str:
+    return next(o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}="))
+
+
+@pytest.fixture(scope="module")
+def default_grid():
+    return _grid(
+        variant="base,cot,cod,cot_sd,cod_sd",
+        dataset="synth_easy,synth_medium,synth_hard",
+        spec__k="0,1,3,5",
+    )
+
+
+def test_default_grid_drops_draftless_speculation_and_duplicate_baselines(default_grid):
+    planned = plan(default_grid)
+    assert (planned.no_draft, planned.duplicate_baselines) == (27, 6)
+    assert len(planned.jobs) == 27
+    assert "dropped 27 with spec.k>0 for a variant without a draft" in planned.note()
+
+
+def test_each_engine_spec_runs_in_one_block_baselines_first_dataset_fastest(default_grid):
+    configs = {tuple(o): c for o, c in default_grid}
+    jobs = plan(default_grid).jobs
+    specs = [EngineSpec.from_config(configs[tuple(o)]) for o in jobs]
+    blocks = [spec for spec, _ in itertools.groupby(specs)]
+    assert len(blocks) == len(set(specs)) == 9  # 3 targets at k=0 + 2 pairs x 3 K
+    assert [b.k for b in blocks[:3]] == [0, 0, 0]
+    assert [_axis(o, "dataset") for o in jobs[:3]] == ["synth_easy", "synth_medium", "synth_hard"]
+
+
+def test_sd_baseline_is_kept_when_its_draftless_variant_is_not_swept():
+    jobs = plan(_grid(variant="cot_sd", spec__k="0,2")).jobs
+    assert [_axis(o, "spec.k") for o in jobs] == ["0", "2"]
+
+
+def test_other_bad_values_in_a_sweep_raise():
+    with pytest.raises(ConfigError, match="limit=0"):
+        plan(_grid(variant="cot", limit="0,5"))
+
+
+def test_nothing_dropped_means_no_note():
+    assert plan(_grid(variant="cot", dataset="synth_easy,synth_hard")).note() is None
