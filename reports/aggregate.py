@@ -25,7 +25,8 @@ import pyarrow as pa
 from reports import bootstrap
 
 GROUP = (
-    "sweep_id", "target", "variant", "draft", "prompt_style", "dataset", "difficulty",
+    "sweep_id", "target", "target_role", "variant", "draft", "prompt_style", "dataset",
+    "difficulty",
     "temperature", "concurrency", "k",
 )  # fmt: skip
 BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k"))

@@ -8,6 +8,7 @@ returns None when its data is absent; :func:`render_report` and
 
 from __future__ import annotations
 
+import textwrap
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +36,6 @@ PANEL = (4.6, 3.6)  # inches per subplot
 COLORS = {"base": "#7f7f7f", "cot": "#4c8bd6", "cod": "#f28e2b", "cot_sd": "#0b3d91",
           "cod_sd": "#b3470f"}  # fmt: skip
 PALETTE = plt.get_cmap("tab10").colors
-COST_GRID = np.linspace(0.0, 1.0, 201)
 MAP_ALPHAS = np.linspace(0.4, 0.98, 117)
 MAP_COSTS = np.geomspace(0.005, 1.0, 121)
 
@@ -59,9 +59,9 @@ def _color(series: str) -> str:
 
 
 def _panels(n: int, rows: int = 1, sharey: bool = True) -> tuple[Figure, np.ndarray]:
-    fig, axes = plt.subplots(
-        rows, n, figsize=(PANEL[0] * n, PANEL[1] * rows), squeeze=False, sharey=sharey
-    )
+    width = max(PANEL[0] * n, 6.0)  # room for the title above a single panel
+    fig, axes = plt.subplots(rows, n, figsize=(width, PANEL[1] * rows), squeeze=False,
+                             sharey=sharey)  # fmt: skip
     for ax in axes.flat:
         ax.grid(alpha=0.3)
     return fig, axes
@@ -86,7 +86,8 @@ def _yerr(df: pd.DataFrame, stat: str) -> list[list[float]]:
 
 
 def _finish(fig: Figure, title: str) -> Figure:
-    fig.suptitle(title, fontsize=13)
+    width = int(fig.get_figwidth() * 9)  # characters of a 13-point title per inch, roughly
+    fig.suptitle("\n".join(textwrap.wrap(title, max(width, 40))), fontsize=13)
     fig.tight_layout()
     return fig
 
@@ -257,36 +258,26 @@ def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
                 )
                 best = g.loc[g[stat].idxmax()]
                 if best[stat] > 1:
-                    ax.plot(
-                        best["k"],
-                        best[stat],
-                        "*",
-                        ms=16,
-                        color=color,
-                        mec="k",
-                        label="measured best K",
-                    )
+                    ax.plot(best["k"], best[stat], "*", ms=16, color=color, mec="k",
+                            label=f"{series} measured best K")  # fmt: skip
                 if fit is not None and row == 0 and np.isfinite(fit["c"]):
-                    grid = np.arange(0, max(g["k"].max(), fit["best_k_predicted"]) + 1)
+                    grid = np.arange(0, g["k"].max() + 3)
                     c = max(fit["c"], 0.0)
-                    ax.plot(
-                        grid,
-                        theory.predicted_speedup(fit["alpha"], grid, c),
-                        "--",
-                        color=color,
-                        alpha=0.7,
-                        label=f"{series} predicted (a={fit['alpha']:.2f}, c={c:.2f})",
-                    )
-                    ax.axvline(fit["best_k_predicted"], color=color, ls=":", alpha=0.6)
+                    label = (f"{series} predicted (a={fit['alpha']:.2f}, c={c:.2f}; "
+                             f"best K={fit['best_k_predicted']})")  # fmt: skip
+                    ax.plot(grid, theory.predicted_speedup(fit["alpha"], grid, c), "--",
+                            color=color, alpha=0.7, label=label)  # fmt: skip
         for row in (0, 1):
             axes[row, col].axhline(1.0, color="k", lw=0.8)
         axes[0, col].set_title(_title(dataset, difficulty))
         axes[1, col].set_xlabel("K (draft tokens per verify step)")
     axes[0, 0].set_ylabel("TPOT speedup (x, vs K = 0)")
     axes[1, 0].set_ylabel("end-to-end speedup (x, vs K = 0)")
+    for ax in axes.flat:
+        ax.xaxis.get_major_locator().set_params(integer=True)
     for ax in axes[0]:
         ax.legend(fontsize=7, loc="lower right")
-    return _finish(fig, "Speedup vs K (95% CIs); dashed: E/(Kc+1), dotted: predicted best K")
+    return _finish(fig, "Speedup vs K (95% CIs); dashed: E/(Kc+1) with the fitted a and c")
 
 
 def fig_positions(t: ReportTables) -> Figure | None:
@@ -371,7 +362,7 @@ def fig_latency_cdf(t: ReportTables) -> Figure | None:
             base = aggregate.select(t.requests, h, aggregate.BASELINE)
             base = base[base["k"] == 0]
             for data, ls, label in (
-                (base, "-", f"{h['target']} target, K=0"),
+                (base, "-", f"{h['target_role']} target, K=0"),
                 (aggregate.select(t.requests, h), "--", f"{h['series']}, K={h['k']}"),
             ):
                 x = np.sort(data["e2e_s"].dropna().to_numpy())
@@ -453,15 +444,16 @@ def draw_best_k_map(fig: Figure, ax: plt.Axes) -> None:
     ax.set_ylabel("c (draft cost / target cost per forward)")
 
 
-def draw_speedup_vs_cost(ax: plt.Axes, a: float, ks: list[int]) -> dict[int, tuple]:
-    """E(a, K)/(Kc+1) against c for each K, with the break-even c (speedup 1) marked."""
+def draw_speedup_vs_cost(
+    ax: plt.Axes, a: float, ks: list[int], c_max: float = 1.0
+) -> dict[int, tuple]:
+    """E(a, K)/(Kc+1) against c in [0, c_max] for each K, break-even c (speedup 1) marked."""
     colors = dict(zip(ks, plt.get_cmap("viridis")(np.linspace(0.05, 0.85, len(ks))), strict=True))
+    costs = np.linspace(0.0, c_max, 201)
     for k in ks:
-        ax.plot(
-            COST_GRID, theory.predicted_speedup(a, k, COST_GRID), color=colors[k], label=f"K={k}"
-        )
+        ax.plot(costs, theory.predicted_speedup(a, k, costs), color=colors[k], label=f"K={k}")
         c_star = theory.break_even_cost(a, k)
-        if c_star <= COST_GRID[-1]:
+        if c_star <= c_max:
             ax.plot(c_star, 1.0, "X", color=colors[k], ms=9, mec="k")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xlabel("c (draft cost / target cost per forward)")
@@ -510,7 +502,8 @@ def fig_theory_cost(t: ReportTables) -> Figure | None:
             continue
         fit = f.iloc[0]
         g = aggregate.select(rows, fit, ("sweep_id", "variant", "dataset", "concurrency"))
-        colors = draw_speedup_vs_cost(ax, fit["alpha"], sorted(g["k"].unique()))
+        c_max = max(1.0, 1.2 * fit["c"])
+        colors = draw_speedup_vs_cost(ax, fit["alpha"], sorted(g["k"].unique()), c_max)
         for _, r in g.iterrows():
             ax.errorbar(
                 max(fit["c"], 0),

@@ -1,22 +1,7 @@
 """The seed study's three hypotheses, each judged on measured contrasts with 95% CIs.
 
-Every comparison is a paired bootstrap over the problems both sides answered, on the
-headline rows (:func:`reports.aggregate.headline`: lowest concurrency; K = 0, or the
-draft variant's best K). Per comparison:
-
-1. Reasoning fine-tuning improves accuracy: each fine-tuned target (no draft) vs the
-   base target. Supported when accuracy(fine-tuned) - accuracy(base) has its CI above 0;
-   refuted when below 0.
-2. Speculative decoding cuts latency without accuracy loss: each draft variant at its
-   best K vs its own target at K = 0. Supported when the TPOT speedup's CI is above 1 and
-   the accuracy difference's CI is not below 0; refuted when the speedup's CI is below 1
-   or the accuracy difference's CI is below 0.
-3. CoD cuts tokens with minimal accuracy loss: the CoD target vs the CoT target (no
-   draft). Supported when the CI of tokens(CoD) / tokens(CoT) is below 1 and the CI of
-   the accuracy difference stays above -:data:`MINIMAL_LOSS`; refuted when the token
-   ratio's CI is above 1 or the accuracy difference's CI is below -MINIMAL_LOSS.
-
-Anything else is inconclusive.
+The judging rules are :data:`RULES` (printed in the report). Targets are told apart by
+their role in the config (``target_role``: base, cot, cod), not by model path.
 """
 
 from __future__ import annotations
@@ -27,7 +12,7 @@ import pandas as pd
 
 from reports import aggregate, bootstrap
 
-BASE_TARGET, COT_TARGET, COD_TARGET = "base", "cot", "cod"  # target keys of the seed study
+BASE_TARGET, COT_TARGET, COD_TARGET = "base", "cot", "cod"  # target roles of the seed study
 MINIMAL_LOSS = 0.05  # "minimal accuracy loss": at most 5 percentage points
 HYPOTHESES = {
     1: "Reasoning fine-tuning improves accuracy",
@@ -35,6 +20,21 @@ HYPOTHESES = {
     3: "CoD cuts tokens with minimal accuracy loss",
 }
 RATIO = {r.name: r for r in aggregate.RATIOS}
+RULES = f"""\
+Each comparison is a paired bootstrap over the problems both sides answered, on the
+headline rows (lowest concurrency; K = 0, or a draft variant's best K).
+
+1. Fine-tuning: each fine-tuned target (no draft) vs the base target. Supported when
+   the CI of accuracy(fine-tuned) - accuracy(base) is above 0, refuted when below 0.
+2. Speculation: each draft variant at its best K vs its own target at K = 0. Supported
+   when the TPOT speedup's CI is above 1 and the accuracy difference's CI is not below
+   0; refuted when the speedup's CI is below 1 or the accuracy difference's CI is below 0.
+3. Chain of Draft: the CoD target vs the CoT target (no draft). Supported when the CI of
+   tokens(CoD) / tokens(CoT) is below 1 and the accuracy difference's CI stays above
+   -{MINIMAL_LOSS} ("minimal loss"); refuted when the token ratio's CI is above 1 or the
+   accuracy difference's CI is below -{MINIMAL_LOSS}.
+
+Anything else is inconclusive; "mixed" means the comparisons disagree."""
 
 
 @dataclass(frozen=True)
@@ -77,10 +77,10 @@ class _Contrasts:
 
 def _fine_tuning(rows: pd.DataFrame, contrast: _Contrasts) -> list[tuple[str, str, str]]:
     plain = rows[rows["draft"] == "none"]
-    base = plain[plain["target"] == BASE_TARGET]
+    base = plain[plain["target_role"] == BASE_TARGET]
     out = []
     for _, b in base.iterrows():
-        for _, v in plain[plain["target"] != BASE_TARGET].iterrows():
+        for _, v in plain[plain["target_role"] != BASE_TARGET].iterrows():
             d = contrast(contrast.of(b), contrast.of(v), "accuracy", "difference")
             evidence = f"accuracy {v['accuracy']:.3f} vs {b['accuracy']:.3f}: {_ci(d, signed=True)}"
             out.append((f"{v['variant']} vs {b['variant']}", evidence, _judge(d[1] > 0, d[2] < 0)))
@@ -99,7 +99,7 @@ def _speculation(rows: pd.DataFrame, contrast: _Contrasts) -> list[tuple[str, st
         evidence = f"TPOT speedup {_ci(s, 2)} at K={v['k']}; accuracy {_ci(d, signed=True)}"
         verdict = _judge(s[1] > 1 and d[2] >= 0, s[2] < 1 or d[2] < 0)
         out.append(
-            (f"{v['variant']} (K={v['k']}) vs {v['target']} target (K=0)", evidence, verdict)
+            (f"{v['variant']} (K={v['k']}) vs {v['target_role']} target (K=0)", evidence, verdict)
         )
     return out
 
@@ -107,8 +107,8 @@ def _speculation(rows: pd.DataFrame, contrast: _Contrasts) -> list[tuple[str, st
 def _chain_of_draft(rows: pd.DataFrame, contrast: _Contrasts) -> list[tuple[str, str, str]]:
     plain = rows[rows["draft"] == "none"]
     out = []
-    for _, cot in plain[plain["target"] == COT_TARGET].iterrows():
-        for _, cod in plain[plain["target"] == COD_TARGET].iterrows():
+    for _, cot in plain[plain["target_role"] == COT_TARGET].iterrows():
+        for _, cod in plain[plain["target_role"] == COD_TARGET].iterrows():
             x, y = contrast.of(cot), contrast.of(cod)
             t = contrast(x, y, "output_tokens", "ratio")
             d = contrast(x, y, "accuracy", "difference")

@@ -42,6 +42,7 @@ OPTIONAL = {
 }
 NESTED = ("config", "versions", "hardware", "spec")  # summary keys that are dicts
 NO_DRAFT = "none"
+ROLE = "target_role"  # the target's key in the config (base | cot | cod); ``target`` is its model
 FAILURES = "failures.jsonl"  # the harness's log of failed jobs, one JSON object a line  # the draft column's value for variants without a draft
 
 
@@ -161,12 +162,20 @@ def read_requests(job: Path, expected_rows: int | None) -> pa.Table:
     return table
 
 
+def target_role(summary: dict[str, Any]) -> str:
+    """The target's key (``variant.target`` in the resolved config), else its model."""
+    variant = (summary.get("config") or {}).get("variant") or {}
+    return str(variant.get("target") or summary.get("target"))
+
+
 def _read_job(job: Path) -> tuple[pa.Table, dict[str, Any]] | Skipped:
     try:
         summary = read_summary(job)
-        return read_requests(job, summary.get("num_requests")), summary
+        table = read_requests(job, summary.get("num_requests"))
     except RunError as e:
         return Skipped(str(job), str(e))
+    role = pa.array([target_role(summary)] * table.num_rows, pa.string())
+    return table.append_column(ROLE, role), summary
 
 
 def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -176,6 +185,7 @@ def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
     for key in NESTED[1:]:
         for name, value in (summary.get(key) or {}).items():
             row[f"{key}_{name}"] = value
+    row[ROLE] = target_role(summary)
     row["path"] = str(path)
     return row
 
@@ -189,7 +199,7 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
 
 
 def _empty_requests() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in (*REQUIRED, *OPTIONAL)})
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in (*REQUIRED, *OPTIONAL, ROLE)})
 
 
 def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int = 8) -> Results:

@@ -143,7 +143,7 @@ def _hypotheses(verdicts: tuple[hypotheses.Verdict, ...]) -> list[str]:
         out += [table(rows, [("sweep", _col("sweep_id")), ("dataset", _col("dataset")),
                              ("comparison", _col("comparison")), ("evidence", _col("evidence")),
                              ("verdict", _col("verdict"))]), ""]  # fmt: skip
-    out += [f"Rules: {hypotheses.__doc__.split(chr(10) + chr(10))[1]}".replace("\n", " "), ""]
+    out += ["How the verdicts are reached:", "", hypotheses.RULES, ""]
     return out
 
 

@@ -20,7 +20,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 KINDS = ("digit", "operator", "word", "whitespace", "latex", "other")
-CONFIG = ("sweep_id", "target", "variant", "draft", "prompt_style", "dataset", "difficulty")
+CONFIG = (
+    "sweep_id",
+    "target",
+    "target_role",
+    "variant",
+    "draft",
+    "prompt_style",
+    "dataset",
+    "difficulty",
+)
 COLUMNS = (*CONFIG, "kind", "count", "share", "per_1k_tokens")
 
 

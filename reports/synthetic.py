@@ -41,7 +41,8 @@ REJECTION_MIX = {
 
 @dataclass(frozen=True)
 class Variant:
-    """A variant and the truths its runs are drawn from."""
+    """A variant (``target`` and ``draft`` are roles, as in the config) and the truths its
+    runs are drawn from."""
 
     name: str
     target: str
@@ -51,6 +52,16 @@ class Variant:
     mean_tokens: float
     alpha: float = 0.0  # per-token acceptance of the draft
     cost: float = 0.0  # draft / target cost per forward
+
+    @property
+    def target_model(self) -> str:
+        """The target's model directory, as the harness records it."""
+        return f"models/synthetic/target_{self.target}"
+
+    @property
+    def draft_model(self) -> str | None:
+        """The draft's model directory (None without a draft)."""
+        return self.draft and f"models/synthetic/draft_{self.draft}"
 
 
 SEED_STUDY = (
@@ -157,8 +168,8 @@ def requests_table(job: Job) -> pa.Table:
         "run_id": pa.array([job.name] * n),
         "experiment": pa.array(["synthetic"] * n),
         "variant": pa.array([v.name] * n),
-        "target": pa.array([v.target] * n),
-        "draft": pa.array([v.draft] * n, pa.string()),
+        "target": pa.array([v.target_model] * n),
+        "draft": pa.array([v.draft_model] * n, pa.string()),
         "k": pa.array(np.full(n, job.k)),
         "dataset": pa.array([job.dataset] * n),
         "difficulty": pa.array([job.difficulty] * n),
@@ -214,8 +225,8 @@ def summary(job: Job, table: pa.Table) -> dict:
         "complete": True,
         "experiment": "synthetic",
         "variant": v.name,
-        "target": v.target,
-        "draft": v.draft,
+        "target": v.target_model,
+        "draft": v.draft_model,
         "k": k,
         "dataset": job.dataset,
         "difficulty": job.difficulty,
@@ -223,7 +234,17 @@ def summary(job: Job, table: pa.Table) -> dict:
         "concurrency": job.concurrency,
         "seed": job.seed,
         "temperature": 0.0,
-        "config": {"spec": {"k": k}, "concurrency": job.concurrency, "seed": job.seed},
+        "config": {
+            "variant": {
+                "name": v.name,
+                "target": v.target,
+                "draft": v.draft,
+                "prompt_style": v.prompt_style,
+            },
+            "spec": {"k": k},
+            "concurrency": job.concurrency,
+            "seed": job.seed,
+        },
         "config_hash": f"{zlib.crc32(job.name.encode()):08x}",
         "versions": {"vllm": "synthetic", "torch": None, "transformers": None, "draftbench": None},
         "hardware": {

@@ -32,7 +32,8 @@ def test_every_complete_run_is_loaded_into_tidy_tables(results):
     assert len(r.runs) == 3 and len(r.requests) == 3 * N
     assert set(r.requests["sweep_id"]) == {"a", "b"}
     assert "output_token_ids" not in r.requests  # the big column stays on disk
-    assert set(r.requests["draft"]) == {"none", "cot"}
+    assert set(r.requests["draft"]) == {"none", "models/synthetic/draft_cot"}
+    assert set(r.requests["target_role"]) == {"base", "cot"}  # from the config, not the path
     assert r.requests["correct"].dtype == float
     spec = r.runs.set_index("variant").loc["cot_sd"]
     assert spec["spec_accepted_per_pos"] is not None and len(spec["spec_accepted_per_pos"]) == 2
