@@ -240,6 +240,7 @@ def sort_groups(table: pd.DataFrame, then: tuple[str, ...] = ()) -> pd.DataFrame
     """Sweep, then difficulty (easy, medium, hard), dataset, variant, concurrency, K, ``then``."""
     order = table["difficulty"].map(DIFFICULTY_ORDER).fillna(len(DIFFICULTY_ORDER))
     keys = ["sweep_id", "_difficulty", "dataset", "variant", "concurrency", "k", *then]
+    keys = [k for k in keys if k in table or k == "_difficulty"]
     return (
         table.assign(_difficulty=order)
         .sort_values(keys, kind="stable")

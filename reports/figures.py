@@ -85,11 +85,28 @@ def _yerr(df: pd.DataFrame, stat: str) -> list[list[float]]:
     return np.abs(np.vstack([value - lo, hi - value])).tolist()
 
 
-def _finish(fig: Figure, title: str) -> Figure:
+def _finish(fig: Figure, title: str, legend_below: bool = False) -> Figure:
+    """Title on top; with ``legend_below``, one legend for all panels under them."""
     width = int(fig.get_figwidth() * 9)  # characters of a 13-point title per inch, roughly
     fig.suptitle("\n".join(textwrap.wrap(title, max(width, 40))), fontsize=13)
-    fig.tight_layout()
+    bottom = 0.0
+    if legend_below:
+        entries = {}
+        for ax in fig.axes:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                entries.setdefault(label, handle)
+        ncol = max(1, min(4, int(fig.get_figwidth() // 3.5)))
+        bottom = (0.3 + 0.22 * -(-len(entries) // ncol)) / fig.get_figheight()
+        fig.legend(entries.values(), entries.keys(), loc="lower center", ncol=ncol,
+                   fontsize=8, frameon=False)  # fmt: skip
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig
+
+
+def _marker(series: str) -> str:
+    """One marker per sweep when series carry a sweep prefix."""
+    sweep = series.rsplit("/", 1)[0] if "/" in series else ""
+    return "osD^vP<>"[zlib.crc32(sweep.encode()) % 8] if sweep else "o"
 
 
 def _lowest_concurrency(df: pd.DataFrame) -> pd.DataFrame:
@@ -124,7 +141,7 @@ def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | None:
                 ax.annotate(f"K={k}", (xi, 0), ha="center", va="bottom", fontsize=7, color="w")
     ax.set_xticks(range(len(datasets)), [_title(*d) for d in datasets])
     ax.set_ylabel(ylabel)
-    ax.legend(title="variant", fontsize=8, ncol=2)
+    ax.legend(title="variant", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_title(title)
     fig.tight_layout()
     return fig
@@ -191,43 +208,29 @@ def fig_acceptance_vs_k(t: ReportTables) -> Figure | None:
     datasets = _datasets(rows)
     fits = _theory_by_config(t)
     fig, axes = _panels(len(datasets), rows=2, sharey="row")
+    stats = ((0, "acceptance_rate", theory.acceptance_rate),
+             (1, "mean_acceptance_length", theory.expected_tokens))  # fmt: skip
     for col, (dataset, difficulty) in enumerate(datasets):
         for series, g in rows[rows["dataset"] == dataset].groupby("series", sort=True):
             g = g.sort_values("k")
             fit = fits.get(tuple(g.iloc[0][["sweep_id", "variant", "dataset", "concurrency"]]))
             ks = np.arange(1, g["k"].max() + 1)
-            for row, stat, curve in (
-                (0, "acceptance_rate", theory.acceptance_rate),
-                (1, "mean_acceptance_length", theory.expected_tokens),
-            ):
+            style = {"color": _color(series)}
+            for row, stat, curve in stats:
                 ax = axes[row, col]
-                ax.errorbar(
-                    g["k"],
-                    g[stat],
-                    yerr=_yerr(g, stat),
-                    fmt="o-",
-                    capsize=3,
-                    color=_color(series),
-                    label=f"{series} (measured)",
-                )
+                ax.errorbar(g["k"], g[stat], yerr=_yerr(g, stat), fmt=_marker(series) + "-",
+                            capsize=3, label=f"{series} measured", **style)  # fmt: skip
                 if fit is not None:
-                    ax.plot(
-                        ks,
-                        curve(fit["alpha"], ks),
-                        "--",
-                        color=_color(series),
-                        alpha=0.7,
-                        label=f"{series} theory, a={fit['alpha']:.2f}",
-                    )
+                    ax.plot(ks, curve(fit["alpha"], ks), "--", alpha=0.7,
+                            label=f"{series} theory (fitted a)", **style)  # fmt: skip
         axes[0, col].set_title(_title(dataset, difficulty))
         axes[1, col].set_xlabel("K (draft tokens per verify step)")
     axes[0, 0].set_ylabel("acceptance rate\n(accepted / proposed)")
     axes[1, 0].set_ylabel("mean acceptance length\n(tokens per verify step)")
     for ax in axes.flat:
         ax.xaxis.get_major_locator().set_params(integer=True)
-    for ax in axes[1]:
-        ax.legend(fontsize=7, loc="upper left")
-    return _finish(fig, "Draft acceptance vs K (95% CIs); dashed: E(a, K) with fitted a")
+    return _finish(fig, "Draft acceptance vs K (95% CIs); dashed: theory with the fitted a "
+                   "(values in the fits table)", legend_below=True)  # fmt: skip
 
 
 def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
@@ -241,32 +244,22 @@ def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
     for col, (dataset, difficulty) in enumerate(datasets):
         for series, g in rows[rows["dataset"] == dataset].groupby("series", sort=True):
             g = g.sort_values("k")
-            color = _color(series)
+            style = {"color": _color(series)}
             fit = fits.get(tuple(g.iloc[0][["sweep_id", "variant", "dataset", "concurrency"]]))
             for row, stat in ((0, "speedup_tpot"), (1, "speedup_e2e")):
                 ax = axes[row, col]
-                ks = np.concatenate([[0], g["k"]])
                 err = np.hstack([[[0], [0]], _yerr(g, stat)]).tolist()
-                ax.errorbar(
-                    ks,
-                    np.concatenate([[1.0], g[stat]]),
-                    yerr=err,
-                    fmt="o-",
-                    capsize=3,
-                    color=color,
-                    label=f"{series} (measured)",
-                )
+                ax.errorbar(np.concatenate([[0], g["k"]]), np.concatenate([[1.0], g[stat]]),
+                            yerr=err, fmt=_marker(series) + "-", capsize=3,
+                            label=f"{series} measured", **style)  # fmt: skip
                 best = g.loc[g[stat].idxmax()]
                 if best[stat] > 1:
-                    ax.plot(best["k"], best[stat], "*", ms=16, color=color, mec="k",
-                            label=f"{series} measured best K")  # fmt: skip
+                    ax.plot(best["k"], best[stat], "*", ms=16, mec="k",
+                            label="measured best K", **style)  # fmt: skip
                 if fit is not None and row == 0 and np.isfinite(fit["c"]):
                     grid = np.arange(0, g["k"].max() + 3)
-                    c = max(fit["c"], 0.0)
-                    label = (f"{series} predicted (a={fit['alpha']:.2f}, c={c:.2f}; "
-                             f"best K={fit['best_k_predicted']})")  # fmt: skip
-                    ax.plot(grid, theory.predicted_speedup(fit["alpha"], grid, c), "--",
-                            color=color, alpha=0.7, label=label)  # fmt: skip
+                    curve = theory.predicted_speedup(fit["alpha"], grid, max(fit["c"], 0.0))
+                    ax.plot(grid, curve, "--", alpha=0.7, label=f"{series} predicted", **style)
         for row in (0, 1):
             axes[row, col].axhline(1.0, color="k", lw=0.8)
         axes[0, col].set_title(_title(dataset, difficulty))
@@ -275,9 +268,12 @@ def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
     axes[1, 0].set_ylabel("end-to-end speedup (x, vs K = 0)")
     for ax in axes.flat:
         ax.xaxis.get_major_locator().set_params(integer=True)
-    for ax in axes[0]:
-        ax.legend(fontsize=7, loc="lower right")
-    return _finish(fig, "Speedup vs K (95% CIs); dashed: E/(Kc+1) with the fitted a and c")
+    return _finish(
+        fig,
+        "Speedup vs K (95% CIs); dashed: E/(Kc+1) with the fitted a and c "
+        "(values and predicted best K in the fits table)",
+        legend_below=True,
+    )
 
 
 def fig_positions(t: ReportTables) -> Figure | None:

@@ -84,4 +84,4 @@ def fit(
                 "speedup_measured": float(top["speedup_tpot"]) if beats_plain else 1.0,
             }
         )
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return aggregate.sort_groups(pd.DataFrame(rows, columns=COLUMNS))
