@@ -13,7 +13,7 @@ Results go to ``<results_dir>/<sweep>/<job>/`` (requests.parquet, summary.json,
 complete results for the same resolved config is skipped. Bad input prints
 ``error: <message>`` and exits with status 2 before any engine starts. In a multirun a
 failing job is appended to ``<results_dir>/<sweep>/failures.jsonl`` and the sweep goes
-on; a single run re-raises.
+on, then exits with status 1; a single run re-raises.
 """
 
 from __future__ import annotations
@@ -30,28 +30,18 @@ register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    """Run the composed job (Hydra calls this once per job of a multirun)."""
+def main(cfg: DictConfig) -> str:
+    """Run the composed job (Hydra calls this once per job of a multirun); returns its status."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from harness import results
     from harness.checks import exit_on_bad_input
-    from harness.job import run_job
+    from harness.job import run_or_record_failure
 
     hydra_cfg = HydraConfig.get()
     hydra_dir = Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir
-    try:
-        with exit_on_bad_input():
-            run_job(cfg, hydra_dir)
-    except Exception as exc:
-        name = results.job_name(cfg)
-        results.append_failure(results.sweep_dir(cfg), name, results.config_hash(cfg), exc)
-        if hydra_cfg.mode != RunMode.MULTIRUN:
-            raise
-        print(
-            f"job {name} failed ({type(exc).__name__}: {exc}); see failures.jsonl", file=sys.stderr
-        )
+    with exit_on_bad_input():
+        return run_or_record_failure(cfg, hydra_dir, keep_going=hydra_cfg.mode == RunMode.MULTIRUN)
 
 
 def with_engine_override(argv: list[str], cuda_visible: bool) -> list[str]:

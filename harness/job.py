@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from harness import engine as engines
 from harness import metrics, results
+from harness.config import ConfigError
+from harness.datasets import DatasetError
 from harness.records import RequestRecord, RunSummary
 from harness.runner import PreparedJob, prepare, run
+
+# What happened to a job (the Hydra task function's return value).
+RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
 
 
 def versions() -> dict[str, str | None]:
@@ -122,3 +128,26 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
     results.write_job(job_dir, records, summary, hydra_dir)
     print(summary.headline())
     return summary
+
+
+def run_or_record_failure(
+    cfg: Any, hydra_dir: Path | None = None, keep_going: bool = False, progress: bool = True
+) -> str:
+    """:func:`run_job`, appending a failed job to ``failures.jsonl``; returns ``FAILED`` etc.
+
+    Bad input (ConfigError, DatasetError) is not a failed job and always propagates;
+    any other error is recorded, then re-raised unless ``keep_going`` (a multirun).
+    """
+    try:
+        return SKIPPED if run_job(cfg, hydra_dir, progress) is None else RAN
+    except (ConfigError, DatasetError):
+        raise
+    except Exception as exc:
+        name = results.job_name(cfg)
+        results.append_failure(results.sweep_dir(cfg), name, results.config_hash(cfg), exc)
+        if not keep_going:
+            raise
+        print(
+            f"job {name} failed ({type(exc).__name__}: {exc}); see failures.jsonl", file=sys.stderr
+        )
+        return FAILED

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -114,3 +115,32 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(tiny_override
             assert len(summary["spec"]["accepted_per_pos"]) == 1
             assert summary["counter_mismatch"] is None
             assert summary["lossless_fraction"] == 1.0  # greedy speculation == plain decoding
+
+
+def test_a_job_whose_engine_crashes_is_recorded_and_the_sweep_goes_on(tiny_pair, tmp_path):
+    target, _ = tiny_pair
+    broken = shutil.copytree(target, tmp_path / "broken_target")
+    (broken / "model.safetensors").write_bytes(b"not a checkpoint")
+    sweep = tmp_path / "results" / "tiny"
+    command = [
+        sys.executable,
+        "-m",
+        "harness",
+        "-m",
+        "variant=cot,base",
+        "spec.k=0",
+        "dataset=synth_easy",
+    ]
+    command += [f"models.targets.cot={broken}", f"models.targets.base={target}"]
+    command += [f"results_dir={tmp_path / 'results'}", "limit=2", "max_tokens=8"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    assert "1 of 2 jobs failed; see failures.jsonl" in run.stderr
+    failures = [json.loads(line) for line in (sweep / results.FAILURES).read_text().splitlines()]
+    assert [f["job"] for f in failures] == ["cot-synth_easy-k0-c1-s0-t0-n2"]
+    assert _complete_jobs(sweep) == ["base-synth_easy-k0-c1-s0-t0-n2"]
+    assert sorted(p.name for p in sweep.iterdir()) == [
+        ".hydra",
+        "base-synth_easy-k0-c1-s0-t0-n2",
+        "failures.jsonl",
+    ]

@@ -4,11 +4,12 @@ Hydra only instantiates plugins that live in the ``hydra_plugins`` namespace pac
 the planning logic is :func:`harness.sweeper.plan`. Selected by
 ``conf/hydra/sweeper/draftbench.yaml``. Every kept job is checked (models, tokenizers,
 prompt lengths) before the first one starts; bad input prints ``error: <message>`` and
-exits with status 2.
+exits with status 2. When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -49,3 +50,14 @@ class DraftbenchSweeper(BasicSweeper):
         if not planned.jobs:
             return []
         return list(BasicSweeper.split_overrides_to_chunks(planned.jobs, max_batch_size))
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from harness.job import FAILED
+
+        returns = super().sweep(arguments)
+        statuses = [r.return_value for batch in returns for r in batch]
+        failed = statuses.count(FAILED)
+        if failed:
+            print(f"{failed} of {len(statuses)} jobs failed; see failures.jsonl", file=sys.stderr)
+            sys.exit(1)
+        return returns
