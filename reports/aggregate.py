@@ -35,25 +35,24 @@ DIFFICULTY_ORDER = {"easy": 0, "medium": 1, "hard": 2}
 
 @dataclass(frozen=True)
 class Ratio:
-    """A statistic sum(num) / sum(den) over requests (+ ``offset``), in ``unit``."""
+    """A statistic sum(num) / sum(den) over requests, plus ``offset``."""
 
     name: str
     num: str
     den: str
-    unit: str = ""
     offset: float = 0.0
 
 
 RATIOS = (
     Ratio("accuracy", "correct", "n"),
-    Ratio("output_tokens", "output_tokens", "n", "tokens"),
+    Ratio("output_tokens", "output_tokens", "n"),  # tokens
     Ratio("acceptance_rate", "num_accepted_tokens", "num_draft_tokens"),
-    Ratio("mean_acceptance_length", "num_accepted_tokens", "num_spec_steps", "tokens/step", 1.0),
+    Ratio("mean_acceptance_length", "num_accepted_tokens", "num_spec_steps", 1.0),  # tokens/step
     Ratio("alpha", "num_accepted_tokens", "position_attempts"),  # MLE of per-token acceptance
-    Ratio("ttft_s", "ttft_s", "n_ttft", "s"),
-    Ratio("tpot_s", "tpot_s", "n_tpot", "s"),
-    Ratio("e2e_s", "e2e_s", "n", "s"),
-    Ratio("tokens_per_s", "output_tokens", "e2e_s", "tokens/s"),
+    Ratio("ttft_s", "ttft_s", "n_ttft"),  # seconds
+    Ratio("tpot_s", "tpot_s", "n_tpot"),  # seconds per token after the first
+    Ratio("e2e_s", "e2e_s", "n"),  # seconds
+    Ratio("tokens_per_s", "output_tokens", "e2e_s"),  # tokens per second of a request
 )
 # speedup name -> the time statistic whose baseline / variant ratio it is
 SPEEDUPS = {

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from reports import hypotheses, theory
-from reports.figures import Shown
+from reports.plotting import Shown
 
 if TYPE_CHECKING:
     from reports.report import ReportTables

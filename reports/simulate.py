@@ -255,12 +255,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> Path:
     """Simulate, then write figures/*.png and SIMULATION.md under ``args.out``."""
-    from reports import figures, markdown
+    from reports import markdown, theory_figures
 
     if args.steps < 2:
         raise SystemExit(f"--steps={args.steps}: need at least 2 verify steps")
     sim = run(args.steps, args.seed)
-    shown = figures.render_simulation(sim, args.out / "figures")
+    shown = theory_figures.render_simulation(sim, args.out / "figures")
     path = args.out / "SIMULATION.md"
     path.write_text(markdown.simulation_report(sim, shown, args.steps, args.seed))
     return path

@@ -10,7 +10,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from reports import figures, simulate, theory
+from reports import simulate, theory, theory_figures
 
 N = 200_000
 
@@ -123,7 +123,7 @@ def test_cli_writes_figures_and_markdown(tmp_path):
     text = path.read_text()
     assert "| a | K=3 | K=5 | K=7 |" in text
     assert "Break-even" in text
-    for name, _, _ in figures.SIM_FIGURES:
+    for name, _, _ in theory_figures.SIM_FIGURES:
         png = tmp_path / "figures" / f"{name}.png"
         assert png.is_file()
         assert mpimg.imread(png)[..., :3].std() > 0.05  # not blank
