@@ -222,9 +222,9 @@ def _story(rng: random.Random, level: Level) -> tuple[str, str, int]:
     opening = frame["start"].format(**slots, x=value)
     steps: list[Step] = []
     for _ in range(rng.randint(*level.ops)):
-        op, operand = _pick_op(rng, level, value)
+        op, operand = pick_op(rng, level, value)
         sentence = rng.choice(frame[op]).format(**slots, x=operand, k=operand)
-        result = _APPLY[op](value, operand)
+        result = apply_op(op, value, operand)
         steps.append(Step(op, value, operand, result, sentence))
         value = result
     question = " ".join([opening, *(s.sentence for s in steps), frame["question"].format(**slots)])
@@ -234,7 +234,12 @@ def _story(rng: random.Random, level: Level) -> tuple[str, str, int]:
     return question, cot, value
 
 
-def _pick_op(rng: random.Random, level: Level, value: int) -> tuple[str, int]:
+def apply_op(op: str, value: int, operand: int) -> int:
+    """``value op operand`` (division is exact by construction)."""
+    return _APPLY[op](value, operand)
+
+
+def pick_op(rng: random.Random, level: Level, value: int) -> tuple[str, int]:
     """A random operation and operand that keep the value in ``[0, max_value]``."""
     lo, hi = level.operand
     choices: list[tuple[str, int]] = []

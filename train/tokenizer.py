@@ -1,8 +1,10 @@
 """A byte-level BPE tokenizer trained locally, with a ChatML chat template.
 
-Digits are split one by one (so arithmetic is done digit by digit, as in Qwen2), the
-special tokens are ChatML's, ``<|im_end|>`` ends an assistant turn (eos) and
-``<|endoftext|>`` pads. Saved as a ``PreTrainedTokenizerFast`` directory that
+Digits are split one by one (so arithmetic is done digit by digit, as in Qwen2), but
+unlike Qwen2 a number's leading space stays on its first digit (`` 15`` -> `` 1`` ``5``):
+a separate space token before every number makes the tokens in front of all numbers
+identical, and a tiny model then cannot find which number to copy. The special tokens
+are ChatML's, ``<|im_end|>`` ends an assistant turn (eos) and ``<|endoftext|>`` pads. Saved as a ``PreTrainedTokenizerFast`` directory that
 transformers, TRL and vLLM load.
 """
 
@@ -17,9 +19,10 @@ from transformers import PreTrainedTokenizerFast
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 SPECIAL_TOKENS = (PAD, IM_START, IM_END)
 
-# Qwen2's split pattern: words with a leading space, single digits, punctuation runs.
+# Qwen2's split pattern (words with a leading space, single digits, punctuation runs),
+# except that a digit keeps one leading space.
 SPLIT_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+| ?\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 

@@ -1,0 +1,117 @@
+"""The model pipeline: config resolution (fast) and a micro tiny world end to end (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.config import ConfigError
+from train.build import Experiment, check_no_leak
+from train.config import compose_train_config
+
+
+def test_qwen_experiment_resolves_lora_target_and_full_draft_on_cuda():
+    cfg = compose_train_config(["experiment=qwen2.5"])
+    exp = Experiment.load("qwen2.5")
+    assert exp.targets["base"] == "Qwen/Qwen2.5-14B-Instruct"
+    assert exp.drafts["base"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert (cfg.device, cfg.bf16, cfg.gradient_checkpointing) == ("cuda", True, True)
+    assert cfg.engine.device == "cuda" and cfg.engine.dtype == "bfloat16"
+    assert cfg.scratch is None
+    assert cfg.target.lora.r > 0 and "q_proj" in cfg.target.lora.target_modules
+    assert cfg.draft.lora is None
+
+
+def test_tiny_experiment_trains_from_scratch_on_cpu_with_64_wide_heads():
+    cfg = compose_train_config([])
+    assert cfg.experiment == "tiny" and cfg.device == "cpu" and cfg.engine.device == "cpu"
+    for shape in (cfg.scratch.target, cfg.scratch.draft):
+        assert shape.hidden_size % 64 == 0
+    assert cfg.scratch.target.hidden_size > cfg.scratch.draft.hidden_size
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["device=tpu"], "device=tpu: must be one of cpu, cuda"),
+        (["experiment=nope"], "experiment=nope: no conf/train/nope.yaml"),
+        (["target.lora=null"], "target.lora=None: targets are trained with LoRA"),
+        (["target.rank=8"], "rank"),
+        (["difficulties=[easy,extreme]"], "difficulties=extreme"),
+    ],
+)
+def test_bad_train_config_names_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        compose_train_config(overrides)
+
+
+def test_a_training_row_that_is_an_eval_problem_is_refused():
+    with pytest.raises(RuntimeError, match=r"1 evaluation problems in training data, e\.g\. p2"):
+        check_no_leak([{"id": "p1"}, {"id": "p2"}], {"p2", "p3"}, "cot_train")
+
+
+MICRO = [
+    "experiment=tiny",
+    "threads=2",
+    "scratch.vocab_size=400",
+    "scratch.problems_per_difficulty=40",
+    "scratch.arithmetic_docs=10",
+    "scratch.target={hidden_size: 128, num_layers: 1, intermediate_size: 256}",
+    "scratch.draft={hidden_size: 64, num_layers: 1, intermediate_size: 128}",
+    "scratch.target_sft.max_steps=3",
+    "scratch.draft_sft.max_steps=3",
+    "target.max_steps=3",
+    "target.learning_rate=0.05",  # large enough that three steps visibly move the weights
+    "draft.max_steps=2",
+    "distil.max_problems=4",
+    "distil.max_tokens=24",
+]
+
+
+@pytest.mark.slow
+def test_micro_world_builds_every_model_and_a_rerun_trains_nothing(tmp_path, monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from train.build import run
+    from train.data import run as make_data
+    from train.data_config import compose_data_config
+
+    monkeypatch.chdir(tmp_path)  # models/tiny/, data/ and the work dir land here
+    sizes = [f"datasets.{d}.train.size=30" for d in ("easy", "medium", "hard")]
+    make_data(compose_data_config(["experiment=tiny", "out_dir=data", *sizes]))
+    cfg = compose_train_config(MICRO)
+
+    built = run(cfg)
+
+    assert set(built) == {
+        f"{kind}_{s}" for kind in ("target", "draft") for s in ("base", "cot", "cod")
+    }
+    exp = Experiment.load("tiny")
+    assert built["target_cot"] == exp.targets["cot"] and built["draft_cod"] == exp.drafts["cod"]
+    vocab = AutoTokenizer.from_pretrained(built["target_base"]).get_vocab()
+    models = {}
+    for role, path in built.items():
+        manifest = json.loads((tmp_path / path / "manifest.json").read_text())
+        assert manifest["role"] == role and manifest["steps"] > 0
+        assert AutoTokenizer.from_pretrained(path).get_vocab() == vocab
+        models[role] = AutoModelForCausalLM.from_pretrained(path)
+    assert (
+        json.loads((tmp_path / built["target_cot"] / "manifest.json").read_text())["method"]
+        == "lora"
+    )
+    base, merged = models["target_base"].state_dict(), models["target_cot"].state_dict()
+    assert base.keys() == merged.keys()  # merged: plain Qwen2 weights, no adapter left
+    assert any(not torch.equal(base[k], merged[k]) for k in base)
+    distilled = list((tmp_path / cfg.work_dir).glob("distil-cot-*.jsonl"))
+    assert len(distilled) == 1  # the merged target served by vLLM wrote the draft's data
+    assert len(distilled[0].read_text().splitlines()) == 4 * 3
+
+    stamps = {
+        role: (tmp_path / p / "manifest.json").stat().st_mtime_ns for role, p in built.items()
+    }
+    run(cfg)
+    assert stamps == {
+        role: (tmp_path / p / "manifest.json").stat().st_mtime_ns for role, p in built.items()
+    }

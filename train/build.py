@@ -1,0 +1,318 @@
+"""Build an experiment's models: base models, LoRA targets, distilled drafts.
+
+    python -m train.build                                  # experiment=tiny, into models/tiny/
+    python -m train.build experiment=tiny target.max_steps=50 threads=1
+    python -m train.build experiment=qwen2.5               # CUDA; after `python -m train.data experiment=qwen2.5`
+
+Steps (config: ``conf/train/<experiment>.yaml``; model directories: ``models`` of
+``conf/experiment/<experiment>.yaml``):
+
+1. SFT sets ``<data_dir>/<experiment>/<difficulty>/{cot,cod}_{train,val}.jsonl`` from
+   ``train.data`` (made on the spot when the experiment's teacher is the offline
+   synthetic one). No training row may be an evaluation problem (checked on ids).
+2. Tiny world only (``scratch``): a byte-level BPE tokenizer, then the base target and
+   base draft trained from scratch on direct answers (:mod:`train.pretrain`).
+3. Per style (cot, cod): the target = base target + LoRA on the style's set, merged;
+   the target answers the training prompts greedily through vLLM; the draft = base draft
+   fully fine-tuned on those answers.
+
+Every model directory gets ``manifest.json``; one whose cache key (parent key, data
+hash, config) is unchanged is skipped, so a re-run with the same inputs trains nothing.
+An interrupted training run resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness import synth
+from harness.config import ConfigError, compose_config
+from harness.datasets import DatasetError, load_problems
+from train.config import SFTSettings, TrainConfig, compose_train_config
+from train.manifest import (
+    Manifest,
+    build_key,
+    data_hash,
+    digest,
+    is_current,
+    read_manifest,
+    write_manifest,
+)
+
+STYLES = ("cot", "cod")
+
+
+class DataLeakError(RuntimeError):
+    """An evaluation problem is in a training set."""
+
+
+@dataclass(frozen=True)
+class Built:
+    """A model ready to train from or to serve: a directory (or hub id) and its cache key."""
+
+    path: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What the benchmark config of the experiment fixes: model paths and system prompts."""
+
+    targets: dict[str, str]
+    drafts: dict[str, str]
+    prompts: dict[str, str]
+
+    @classmethod
+    def load(cls, name: str) -> Experiment:
+        cfg = compose_config([f"experiment={name}"])
+        return cls(dict(cfg.models.targets), dict(cfg.models.drafts), dict(cfg.prompts))
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
+    os.replace(tmp, path)
+
+
+def sft_sets(cfg: TrainConfig) -> dict[str, dict[str, dict[str, list[dict]]]]:
+    """``{style: {split: {difficulty: rows}}}`` (made first if missing and synthetic)."""
+    root = Path(cfg.data_dir) / cfg.experiment
+    files = [
+        root / d / f"{s}_{split}.jsonl"
+        for d in cfg.difficulties
+        for s in STYLES
+        for split in ("train", "val")
+    ]
+    if any(not f.is_file() for f in files):
+        _make_sft_sets(cfg)
+    return {
+        s: {
+            split: {d: read_jsonl(root / d / f"{s}_{split}.jsonl") for d in cfg.difficulties}
+            for split in ("train", "val")
+        }
+        for s in STYLES
+    }
+
+
+def _make_sft_sets(cfg: TrainConfig) -> None:
+    from train.data import run
+    from train.data_config import compose_data_config
+
+    data_cfg = compose_data_config([f"experiment={cfg.experiment}", f"out_dir={cfg.data_dir}"])
+    if data_cfg.teacher != "synthetic":
+        raise ConfigError(
+            f"data_dir={cfg.data_dir}: no SFT sets for {cfg.experiment}; "
+            f"run `python -m train.data experiment={cfg.experiment}` first"
+        )
+    run(data_cfg)
+
+
+def eval_ids(cfg: TrainConfig) -> set[str]:
+    """Ids of every evaluation problem of the experiment (the data config's eval splits)."""
+    from train.data_config import compose_data_config
+
+    data_cfg = compose_data_config([f"experiment={cfg.experiment}"])
+    return {p.id for d in cfg.difficulties for p in load_problems(data_cfg.datasets[d].eval)}
+
+
+def check_no_leak(rows: list[dict], held_out: set[str], what: str) -> None:
+    """Raise when a training row is an evaluation problem."""
+    leaked = sorted({r["id"] for r in rows} & held_out)
+    if leaked:
+        raise DataLeakError(
+            f"{what}: {len(leaked)} evaluation problems in training data, e.g. {leaked[0]}"
+        )
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+def train_model(
+    role: str,
+    parent: Built,
+    rows: list[dict],
+    val_rows: list[dict] | None,
+    settings: SFTSettings,
+    out_dir: str,
+    cfg: TrainConfig,
+) -> Built:
+    """SFT ``parent`` on ``rows`` into ``out_dir`` unless a build with the same key is there."""
+    from train.sft import sft
+
+    config = asdict(settings)
+    key = build_key(parent.key, data_hash(rows), config)
+    out = Path(out_dir)
+    if is_current(out, key):
+        print(f"[build] {role}: up to date ({out})", flush=True)
+        return Built(str(out), key)
+    print(f"[build] {role}: training on {len(rows)} examples from {parent.path}", flush=True)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    result = sft(
+        parent.path, rows, tmp, settings, cfg, Path(cfg.work_dir) / f"{role}-{key}", val_rows
+    )
+    method = "lora" if settings.lora else "full"
+    manifest = Manifest(
+        role=role,
+        method=method,
+        trained_from=parent.path,
+        key=key,
+        data_hash=data_hash(rows),
+        config=config,
+        steps=result.steps,
+        final_loss=result.final_loss,
+        eval_loss=result.eval_loss,
+        train_seconds=round(result.train_seconds, 1),
+        examples=len(rows),
+    )
+    write_manifest(tmp, manifest)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    print(
+        f"[build] {role}: {result.steps} steps, loss {result.final_loss:.3f} -> {out}", flush=True
+    )
+    return Built(str(out), key)
+
+
+def scratch_bases(
+    cfg: TrainConfig, exp: Experiment, sets: dict, held_out: set[str]
+) -> tuple[Built, Built]:
+    """Tokenizer, then base target and base draft trained from scratch (tiny world)."""
+    from transformers import AutoTokenizer
+
+    from train.pretrain import pretrain_texts
+    from train.tiny import build_random_model
+    from train.tokenizer import build_tokenizer
+
+    sc = cfg.scratch
+    work = Path(cfg.work_dir)
+    problems = [
+        p
+        for d in cfg.difficulties
+        for p in synth.generate(d, "train", sc.problems_per_difficulty, seed=0)
+    ]
+    check_no_leak([{"id": p.id} for p in problems], held_out, "pretraining set")
+    texts = [t for p in problems for t in (p.question, *synth.solutions(p))]
+    texts += [
+        m["content"]
+        for s in sets.values()
+        for r in flat(s["train"])
+        for m in (*r["prompt"], *r["completion"])
+    ]
+    texts += [*exp.prompts.values(), "system", "user", "assistant"]
+    tok_key = digest({"texts": data_hash({"t": t} for t in texts), "vocab": sc.vocab_size})
+    tok_dir = work / f"tokenizer-{tok_key}"
+    if not (tok_dir / "tokenizer.json").is_file():
+        build_tokenizer(texts, sc.vocab_size, tok_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+    rows = pretrain_texts(problems, exp.prompts, tokenizer, sc.arithmetic_docs, seed=0)
+    bases = []
+    for role, shape, settings, out in (
+        ("target_base", sc.target, sc.target_sft, exp.targets["base"]),
+        ("draft_base", sc.draft, sc.draft_sft, exp.drafts["base"]),
+    ):
+        init_key = digest({"tokenizer": tok_key, "shape": asdict(shape)})
+        init_dir = work / f"{role}-init-{init_key}"
+        if not (init_dir / "config.json").is_file():
+            build_random_model(shape, tokenizer, init_dir, seed=0)
+        bases.append(
+            train_model(role, Built(str(init_dir), init_key), rows, None, settings, out, cfg)
+        )
+    return bases[0], bases[1]
+
+
+def distilled(cfg: TrainConfig, target: Built, style: str, rows: list[dict]) -> list[dict]:
+    """The target's own greedy answers to ``rows``' prompts (cached by the target's key)."""
+    from train.distil import distil_rows
+
+    path = Path(cfg.work_dir) / f"distil-{style}-{target.key}.jsonl"
+    if path.is_file():
+        return read_jsonl(path)
+    print(f"[build] distilling {len(rows)} answers of {target.path}", flush=True)
+    engine = asdict(cfg.engine)
+    out = distil_rows(target.path, rows, engine, cfg.distil.max_tokens)
+    write_jsonl(path, out)
+    return out
+
+
+def flat(by_difficulty: dict[str, list[dict]], cap: int | None = None) -> list[dict]:
+    """The rows of every difficulty, at most ``cap`` of each."""
+    return [r for rows in by_difficulty.values() for r in rows[:cap]]
+
+
+def run(cfg: TrainConfig) -> dict[str, str]:
+    """Build every model of the experiment; returns ``{role: directory}``."""
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
+    exp = Experiment.load(cfg.experiment)
+    sets = sft_sets(cfg)
+    held_out = eval_ids(cfg)
+    for style, split_rows in sets.items():
+        for split, rows in split_rows.items():
+            check_no_leak(flat(rows), held_out, f"{style}_{split}")
+    if cfg.scratch is not None:
+        base_target, base_draft = scratch_bases(cfg, exp, sets, held_out)
+    else:
+        base_target = _pretrained(exp.targets["base"])
+        base_draft = _pretrained(exp.drafts["base"])
+    built = {"target_base": base_target.path, "draft_base": base_draft.path}
+    for style in STYLES:
+        train_rows, val_rows = flat(sets[style]["train"]), flat(sets[style]["val"])
+        target = train_model(
+            f"target_{style}",
+            base_target,
+            train_rows,
+            val_rows,
+            cfg.target,
+            exp.targets[style],
+            cfg,
+        )
+        answers = distilled(cfg, target, style, flat(sets[style]["train"], cfg.distil.max_problems))
+        draft = train_model(
+            f"draft_{style}", base_draft, answers, None, cfg.draft, exp.drafts[style], cfg
+        )
+        built |= {f"target_{style}": target.path, f"draft_{style}": draft.path}
+    return built
+
+
+def _pretrained(name: str) -> Built:
+    """A base model given by the experiment: a built directory (its key) or a hub id."""
+    manifest = read_manifest(name) if Path(name).is_dir() else None
+    return Built(name, manifest.key if manifest else digest({"model": name}))
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    try:
+        built = run(compose_train_config(argv))
+    except (ConfigError, DatasetError, DataLeakError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for role, path in built.items():
+        print(f"{role}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

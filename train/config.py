@@ -1,0 +1,158 @@
+"""Schemas of the model-building pipeline (the ``train`` section of an experiment).
+
+Values live in ``conf/train/<experiment>.yaml`` (one primary config per experiment,
+like ``conf/data/``); model directories and system prompts come from the experiment
+itself (``conf/experiment/<name>.yaml``, ``conf/config.yaml``). A typo or a wrong type
+fails when the config is composed; :func:`validate_train` checks the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from harness.config import CONF_DIR, DIFFICULTIES, ConfigError, EngineConfig, compose_config
+from train.tiny import TinyModelConfig
+
+DEVICES = ("cpu", "cuda")
+DEFAULT_EXPERIMENT = "tiny"
+
+
+@dataclass
+class LoraSettings:
+    """PEFT LoRA adapter shape."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+    )
+
+
+@dataclass
+class SFTSettings:
+    """One supervised fine-tuning run (TRL ``SFTTrainer``); ``lora`` null = full fine-tuning."""
+
+    epochs: float = 1.0
+    max_steps: int = -1  # > 0 overrides epochs
+    learning_rate: float = 1e-4
+    batch_size: int = 16
+    grad_accum: int = 1
+    warmup_ratio: float = 0.05
+    scheduler: str = "cosine"
+    weight_decay: float = 0.0
+    max_length: int = 512
+    completion_only_loss: bool = True  # False = language-model the prompt too (pretraining)
+    logging_steps: int = 10
+    save_steps: int = 200  # checkpoint interval, for resuming
+    seed: int = 0
+    lora: LoraSettings | None = None
+
+
+@dataclass
+class ScratchSettings:
+    """Base models trained from scratch (the tiny world) on question -> direct answer."""
+
+    vocab_size: int = 1024
+    problems_per_difficulty: int = 2000  # synth train problems per difficulty (direct answers)
+    arithmetic_docs: int = 0  # plain-text documents of arithmetic facts mixed in
+    target: TinyModelConfig = field(default_factory=TinyModelConfig)
+    draft: TinyModelConfig = field(default_factory=TinyModelConfig)
+    target_sft: SFTSettings = field(default_factory=SFTSettings)
+    draft_sft: SFTSettings = field(default_factory=SFTSettings)
+
+
+@dataclass
+class DistilSettings:
+    """The trained target answers the training questions; its draft learns the answers."""
+
+    max_tokens: int = 512
+    max_problems: int | None = None  # per difficulty; None = every training question
+
+
+@dataclass
+class TrainConfig:
+    """The whole pipeline: base models, LoRA targets, distilled drafts."""
+
+    experiment: str = MISSING
+    engine: EngineConfig = MISSING  # vLLM engine of the distillation runs
+    device: str = "cpu"  # cpu (fp32) | cuda
+    threads: int | None = None  # torch CPU threads; None = torch's default
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    difficulties: list[str] = field(default_factory=lambda: ["easy", "medium", "hard"])
+    data_dir: str = (
+        "data"  # SFT sets: <data_dir>/<experiment>/<difficulty>/{cot,cod}_{train,val}.jsonl
+    )
+    work_dir: str = "models/.work"  # checkpoints, tokenizer, distillation sets
+    scratch: ScratchSettings | None = None  # None = base models are models.{targets,drafts}.base
+    target: SFTSettings = field(default_factory=SFTSettings)  # give it a lora section
+    draft: SFTSettings = field(default_factory=SFTSettings)
+    distil: DistilSettings = field(default_factory=DistilSettings)
+
+
+def register_train_configs() -> None:
+    """Register the pipeline schema in Hydra's ConfigStore (idempotent)."""
+    ConfigStore.instance().store(group="train", name="train_schema", node=TrainConfig)
+
+
+def experiments() -> list[str]:
+    """Experiments with a pipeline config (``conf/train/<name>.yaml``)."""
+    return sorted(p.stem for p in (CONF_DIR / "train").glob("*.yaml"))
+
+
+def compose_train_config(overrides: list[str]) -> TrainConfig:
+    """Compose, type-check and validate ``conf/train/<experiment>.yaml`` plus overrides.
+
+    ``experiment=<name>`` picks the file (default ``tiny``); the rest are Hydra overrides.
+
+    Raises:
+        ConfigError: naming the bad key and value.
+    """
+    experiment, rest = DEFAULT_EXPERIMENT, []
+    for item in overrides:
+        if item.startswith("experiment="):
+            experiment = item.split("=", 1)[1]
+        else:
+            rest.append(item)
+    if experiment not in experiments():
+        raise ConfigError(
+            f"experiment={experiment}: no conf/train/{experiment}.yaml; known: {', '.join(experiments())}"
+        )
+    register_train_configs()
+    try:
+        cfg: TrainConfig = OmegaConf.to_object(
+            compose_config(rest, config_name=f"train/{experiment}")
+        )
+    except ConfigError:
+        raise
+    except Exception as err:  # Hydra / OmegaConf errors span several lines: keep the first
+        raise ConfigError(str(err).splitlines()[0]) from None
+    validate_train(cfg)
+    return cfg
+
+
+def _check(ok: bool, key: str, value: object, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value}: {why}")
+
+
+def validate_train(cfg: TrainConfig) -> None:
+    """Range and cross-field checks that types cannot express."""
+    _check(cfg.device in DEVICES, "device", cfg.device, f"must be one of {', '.join(DEVICES)}")
+    _check(cfg.target.lora is not None, "target.lora", None, "targets are trained with LoRA")
+    _check(cfg.draft.lora is None, "draft.lora", cfg.draft.lora, "drafts are fully fine-tuned")
+    for d in cfg.difficulties:
+        _check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
+    _check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")

@@ -1,0 +1,140 @@
+"""Supervised fine-tuning with TRL's ``SFTTrainer``: LoRA (then merged) or full.
+
+Rows are TRL's conversational prompt-completion format (``{"prompt": [system, user],
+"completion": [assistant]}``, loss on the completion only) or plain ``{"text": ...}``
+for language-model pretraining. Checkpoints go to a work directory and an interrupted run resumes from
+the last one. The result is always a standalone model directory vLLM can load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from train.config import SFTSettings, TrainConfig
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    """What a finished run reports: optimiser steps, last logged loss, validation loss."""
+
+    steps: int
+    final_loss: float
+    eval_loss: float | None
+    train_seconds: float
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sft(
+    base_dir: str | Path,
+    rows: list[dict],
+    out_dir: str | Path,
+    settings: SFTSettings,
+    cfg: TrainConfig,
+    work_dir: str | Path,
+    val_rows: list[dict] | None = None,
+) -> SFTResult:
+    """Fine-tune the model in ``base_dir`` on ``rows`` and save a standalone model to ``out_dir``.
+
+    With ``settings.lora`` the adapter is trained, saved under ``work_dir/adapter`` and
+    merged into the base weights; otherwise every weight is trained.
+    """
+    import time
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import SFTTrainer
+
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
+    trainer = SFTTrainer(
+        model=load_model(base_dir, cfg),
+        args=_sft_config(settings, cfg, work),
+        train_dataset=_dataset(Dataset, rows),
+        eval_dataset=_dataset(Dataset, val_rows) if val_rows else None,
+        processing_class=tokenizer,
+        peft_config=_lora_config(settings),
+    )
+    resume = get_last_checkpoint(str(work)) if any(work.glob("checkpoint-*")) else None
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    seconds = time.perf_counter() - start
+    eval_loss = trainer.evaluate()["eval_loss"] if val_rows else None
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    if settings.lora is None:
+        trainer.save_model(str(out_dir))
+        tokenizer.save_pretrained(str(out_dir))
+    else:
+        from train.merge import merge_lora
+
+        adapter = work / "adapter"
+        trainer.model.save_pretrained(str(adapter))
+        merge_lora(base_dir, adapter, out_dir, cfg)
+    return SFTResult(
+        trainer.state.global_step, float(losses[-1]) if losses else float("nan"), eval_loss, seconds
+    )
+
+
+def load_model(model_dir: str | Path, cfg: TrainConfig):
+    """A causal LM in fp32 on CPU, or bf16 on CUDA when ``cfg.bf16``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if cfg.device == "cuda" and cfg.bf16 else torch.float32
+    return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+
+
+def _dataset(dataset_cls, rows: list[dict]):
+    """Only the columns TRL reads: ``text`` (language modelling) or prompt + completion."""
+    keys = ("text",) if "text" in rows[0] else ("prompt", "completion")
+    return dataset_cls.from_list([{k: r[k] for k in keys} for r in rows])
+
+
+def _lora_config(settings: SFTSettings):
+    if settings.lora is None:
+        return None
+    from peft import LoraConfig
+
+    lora = settings.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
+def _sft_config(settings: SFTSettings, cfg: TrainConfig, work: Path):
+    from trl import SFTConfig
+
+    cuda = cfg.device == "cuda"
+    return SFTConfig(
+        output_dir=str(work),
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.batch_size,
+        per_device_eval_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type=settings.scheduler,
+        warmup_steps=settings.warmup_ratio,
+        weight_decay=settings.weight_decay,
+        max_length=settings.max_length,
+        completion_only_loss=settings.completion_only_loss,
+        train_sampling_strategy="group_by_length",
+        logging_steps=settings.logging_steps,
+        save_steps=settings.save_steps,
+        save_total_limit=1,
+        seed=settings.seed,
+        use_cpu=not cuda,
+        bf16=cuda and cfg.bf16,
+        gradient_checkpointing=cuda and cfg.gradient_checkpointing,
+        report_to="none",
+        dataloader_num_workers=0,
+    )
