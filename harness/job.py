@@ -113,6 +113,8 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
     if not cfg.force and results.is_complete(job_dir, results.config_hash(cfg)):
         print(f"skip {name}: complete results with the same config exist")
         return None
+    if results.read_summary(job_dir) is not None and not cfg.force:
+        print(f"re-running {name}: its config changed since the stored run")
     job = prepare(cfg)
     engine, reused = engines.get(job.spec)
     try:

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.config import validate
+from harness.config import ConfigError, validate
 from harness.engine import EngineSpec
-from harness.results import resolved_config
+from harness.results import config_hash, job_name, resolved_config
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,24 @@ def _baseline_identity(cfg: Any) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
+def _check_unique_names(jobs: Sequence[tuple[list[str], Any]]) -> None:
+    seen: dict[str, tuple[str, list[str]]] = {}
+    for overrides, cfg in jobs:
+        name, digest = job_name(cfg), config_hash(cfg)
+        if name in seen and seen[name][0] != digest:
+            raise ConfigError(
+                f"sweep: jobs {' '.join(seen[name][1])} and {' '.join(overrides)} would both "
+                f"write {name}; sweep the other key in separate sweeps (sweep=<name>)"
+            )
+        seen[name] = (digest, overrides)
+
+
 def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
     """Filter and order ``(overrides, composed config)`` pairs (see the module docstring).
 
     Raises:
-        ConfigError: a kept combination has another bad value.
+        ConfigError: a kept combination has another bad value, or two kept combinations
+            differ only in keys the job name leaves out (they would share a directory).
     """
     runnable = [(list(o), c) for o, c in jobs if c.spec.k == 0 or c.variant.draft is not None]
     for _, cfg in runnable:
@@ -76,6 +89,7 @@ def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
         )
     ]
 
+    _check_unique_names(kept)
     first: dict[Any, int] = {}
 
     def rank(value: Any) -> int:

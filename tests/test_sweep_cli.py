@@ -76,7 +76,9 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(tiny_override
     assert "dropped 2 with spec.k>0 for a variant without a draft and 2 k=0 runs" in resumed.stdout
     assert _complete_jobs(sweep) == JOBS
     for name in visible:
-        assert f"skip {name}" in resumed.stdout
+        assert f"skip {name}" in resumed.stdout, [
+            x for x in resumed.stdout.splitlines() if name in x
+        ]
     summaries = {n: json.loads((sweep / n / results.SUMMARY).read_text()) for n in JOBS}
     assert summaries[JOBS[0]]["engine_launches"] == summaries[JOBS[1]]["engine_launches"] == 1
     assert summaries[JOBS[1]]["engine_reused"] and summaries[JOBS[3]]["engine_reused"]

@@ -62,3 +62,8 @@ def test_other_bad_values_in_a_sweep_raise():
 
 def test_nothing_dropped_means_no_note():
     assert plan(_grid(variant="cot", dataset="synth_easy,synth_hard")).note() is None
+
+
+def test_jobs_that_would_share_a_results_directory_are_refused():
+    with pytest.raises(ConfigError, match="would both write cot-synth_easy-k0-c1-s0-t0-n30"):
+        plan(_grid(variant="cot", max_tokens="64,128"))
