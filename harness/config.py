@@ -7,13 +7,14 @@ express live in :func:`validate` and raise :class:`ConfigError` with one readabl
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -101,12 +102,25 @@ class Config:
     max_tokens: int = 512
     concurrency: int = 1
     results_dir: str = "results"
+    datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     sweep: str = "${experiment}"
     force: bool = False
 
 
+def _file_in(directory: str | None, name: str) -> str | None:
+    """``directory/name``, or None when no directory is set (the ``file_in`` resolver)."""
+    return None if directory is None else str(Path(directory).expanduser() / name)
+
+
+# conf/dataset/*.yaml: `path: ${file_in:${oc.select:datasets_dir,null},gsm8k_${.split}.jsonl}`
+OmegaConf.register_new_resolver("file_in", _file_in, replace=True)
+
+
 def register_configs() -> None:
     """Register every schema in Hydra's ConfigStore (idempotent)."""
+    # conf/hydra/launcher/submitit_*.yaml share their names with the submitit plugin's
+    # schemas on purpose (Hydra validates them against those); silence its notice on that.
+    warnings.filterwarnings("ignore", message="(?s).*validated against ConfigStore schema with the same name")
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
@@ -114,16 +128,51 @@ def register_configs() -> None:
     cs.store(group="engine", name="engine_schema", node=EngineConfig)
 
 
-def compose_config(overrides: list[str] | None = None, config_name: str = "config") -> DictConfig:
+def compose_config(
+    overrides: list[str] | None = None,
+    config_name: str = "config",
+    return_hydra_config: bool = False,
+) -> DictConfig:
     """Compose the project config outside a Hydra app (CLIs, tests)."""
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name=config_name, overrides=list(overrides or []))
+        return compose(
+            config_name=config_name,
+            overrides=list(overrides or []),
+            return_hydra_config=return_hydra_config,
+        )
 
 
 def _check(ok: bool, key: str, value: Any, why: str) -> None:
     if not ok:
         raise ConfigError(f"{key}={value}: {why}")
+
+
+def check_parallelism(engine: Any, gpus: int | None = None) -> None:
+    """Tensor parallelism vLLM accepts, and that fits ``gpus`` per node when known.
+
+    The draft runs with TP 1 or the target's TP (vLLM's rule for draft models).
+    """
+    tp, draft_tp = engine.tensor_parallel_size, engine.draft_tensor_parallel_size
+    _check(tp >= 1, "engine.tensor_parallel_size", tp, "must be >= 1")
+    _check(
+        draft_tp in (None, 1, tp),
+        "engine.draft_tensor_parallel_size",
+        draft_tp,
+        f"must be 1 or the target's tensor_parallel_size ({tp})",
+    )
+    _check(
+        engine.device == "cuda" or tp == 1,
+        "engine.tensor_parallel_size",
+        tp,
+        f"tensor parallelism needs engine=cuda (engine.device is {engine.device})",
+    )
+    _check(
+        gpus is None or tp <= gpus,
+        "engine.tensor_parallel_size",
+        tp,
+        f"needs {tp} GPUs but a node offers {gpus}",
+    )
 
 
 def validate(cfg: Any) -> None:
@@ -155,6 +204,7 @@ def validate(cfg: Any) -> None:
         cfg.dataset.difficulty,
         f"must be one of {', '.join(DIFFICULTIES)}",
     )
+    check_parallelism(cfg.engine)
     _check(
         cfg.variant.prompt_style in PROMPT_STYLES,
         "variant.prompt_style",

@@ -12,6 +12,11 @@ Sources (``dataset.source``):
 Check a local file (counts, and gold solutions graded against their own gold answers)::
 
     python -m harness.datasets dataset=gsm8k dataset.path=path/to/gsm8k_test.jsonl
+    python -m harness.datasets dataset=math_intalg_l34 datasets_dir=path/to/datasets
+
+``datasets_dir`` is a folder holding the files under their conventional names
+(``gsm8k_{split}.jsonl``, ``math_algebra_l1-2_{split}.jsonl``,
+``math_intermediate_algebra_l3-4_{split}.jsonl``); ``dataset.path`` names one file.
 """
 
 from __future__ import annotations
@@ -177,7 +182,8 @@ def main(argv: list[str]) -> int:
         return 0
     from harness.config import compose_config
 
-    cfg = compose_config(argv)
+    every_row = [] if any(arg.startswith("limit=") for arg in argv) else ["limit=null"]
+    cfg = compose_config([*argv, *every_row])
     try:
         problems = load_problems(cfg.dataset, cfg.limit)
     except DatasetError as exc:

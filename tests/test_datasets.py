@@ -85,3 +85,14 @@ def test_synth_datasets_load_through_the_config(name):
     assert len(problems) == 20
     assert {p.dataset for p in problems} == {name}
     assert self_agreement(problems) == 1.0
+
+
+def test_datasets_dir_points_every_real_dataset_at_its_conventional_file(tmp_path):
+    write_jsonl(tmp_path / "gsm8k_train.jsonl", GSM8K_ROWS)
+    write_jsonl(tmp_path / "math_algebra_l1-2_test.jsonl", MATH_ROWS)
+    gsm8k = compose_config(["dataset=gsm8k", "dataset.split=train", f"datasets_dir={tmp_path}"])
+    assert gsm8k.dataset.path == str(tmp_path / "gsm8k_train.jsonl")
+    assert len(load_problems(gsm8k.dataset)) == 2
+    algebra = compose_config(["dataset=math_algebra_l12", f"datasets_dir={tmp_path}"])
+    assert [p.gold_answer for p in load_problems(algebra.dataset)] == ["1", "\\frac{1}{2}"]
+    assert compose_config(["dataset=gsm8k"]).dataset.path is None  # no folder: the hub
