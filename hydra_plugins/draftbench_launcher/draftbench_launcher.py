@@ -1,0 +1,69 @@
+"""Submitit launchers (SLURM, local) that keep engine reuse when a sweep scales out.
+
+Hydra's submitit launcher makes one task per job, so every job would start its own
+vLLM engine. These subclasses group the jobs of a multirun by engine spec (target,
+draft, K, engine settings): one task per group runs its jobs one after another in one
+process, so the engine starts once per spec, as in a local sweep. Results land in the
+same ``results/<sweep>/<job>/`` tree, and finished jobs are skipped on re-submission.
+
+Selected by ``conf/hydra/launcher/submitit_{slurm,local}.yaml``; before anything is
+submitted, every job's parallelism is checked against the GPUs a task asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hydra.core.utils import JobReturn
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
+
+
+class _EngineGroups:
+    """Mixin: one submitit task per engine spec instead of one per job."""
+
+    _groups: dict[int, list[tuple[int, list[str]]]]
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        from harness.checks import exit_on_bad_input
+        from harness.config import check_parallelism
+        from harness.engine import EngineSpec
+
+        groups: dict[EngineSpec, list[tuple[int, list[str]]]] = {}
+        with exit_on_bad_input():
+            for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+                cfg = self.hydra_context.config_loader.load_sweep_config(
+                    self.config, list(overrides)
+                )
+                check_parallelism(cfg.engine, self.params.get("gpus_per_node"))
+                groups.setdefault(EngineSpec.from_config(cfg), []).append((idx, list(overrides)))
+        heads = [members[0][1] for members in groups.values()]
+        self._groups = {initial_job_idx + i: members for i, members in enumerate(groups.values())}
+        print(f"launcher: {len(job_overrides)} jobs in {len(heads)} tasks (one per engine spec)")
+        per_task = super().launch(heads, initial_job_idx)
+        return [ret for rets in per_task for ret in rets]
+
+    def __call__(
+        self,
+        sweep_overrides: list[str],
+        job_dir_key: str,
+        job_num: int,
+        job_id: str,
+        singleton_state: dict[Any, Any],
+    ) -> list[JobReturn]:
+        """Run every job of the task's engine group in this process, in order."""
+        run_one = super().__call__
+        return [
+            run_one(overrides, job_dir_key, idx, f"job_id_for_{idx}", singleton_state)
+            for idx, overrides in self._groups[job_num]
+        ]
+
+
+class GroupedSlurmLauncher(_EngineGroups, SlurmLauncher):
+    """SLURM: one array task per engine spec."""
+
+
+class GroupedLocalLauncher(_EngineGroups, LocalLauncher):
+    """Local processes (tests, a single multi-GPU box): one process per engine spec."""
