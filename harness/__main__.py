@@ -53,5 +53,10 @@ def with_engine_override(argv: list[str], cuda_visible: bool) -> list[str]:
 if __name__ == "__main__":
     import torch
 
+    from harness.checks import exit_on_bad_input
+    from harness.config import check_group_overrides
+
+    with exit_on_bad_input():
+        check_group_overrides(sys.argv[1:])
     sys.argv = with_engine_override(sys.argv, torch.cuda.is_available())
     main()

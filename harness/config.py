@@ -120,7 +120,9 @@ def register_configs() -> None:
     """Register every schema in Hydra's ConfigStore (idempotent)."""
     # conf/hydra/launcher/submitit_*.yaml share their names with the submitit plugin's
     # schemas on purpose (Hydra validates them against those); silence its notice on that.
-    warnings.filterwarnings("ignore", message="(?s).*validated against ConfigStore schema with the same name")
+    warnings.filterwarnings(
+        "ignore", message="(?s).*validated against ConfigStore schema with the same name"
+    )
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
@@ -141,6 +143,26 @@ def compose_config(
             overrides=list(overrides or []),
             return_hydra_config=return_hydra_config,
         )
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group (its YAML files), schemas excluded."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def check_group_overrides(overrides: list[str]) -> None:
+    """Every ``group=option`` override names an existing option (Hydra's own error on an
+    unknown option spans a screen; this is the one-line version, run before composing).
+
+    Sweep lists (``dataset=a,b``) are checked item by item; sweep functions are left to Hydra.
+    """
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if not (CONF_DIR / key).is_dir() or "(" in value:
+            continue
+        options = group_options(key)
+        for option in value.split(","):
+            _check(option in options, key, option, f"unknown; choose from {', '.join(options)}")
 
 
 def _check(ok: bool, key: str, value: Any, why: str) -> None:

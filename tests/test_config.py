@@ -6,19 +6,21 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config import CONF_DIR, ConfigError, compose_config, validate
+from harness.config import CONF_DIR, ConfigError, compose_config, group_options, validate
 
 GROUPS = ("dataset", "variant", "engine")
 
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_every_option_of_every_group_composes(group):
-    for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
+    for option in group_options(group):
         cfg = compose_config([f"{group}={option}"])
         assert OmegaConf.select(cfg, group) is not None
 
 
-@pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))
+@pytest.mark.parametrize(
+    "experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+)
 def test_every_experiment_composes_and_names_all_roles(experiment):
     cfg = compose_config([f"experiment={experiment}"])
     assert cfg.experiment == experiment
@@ -65,3 +67,20 @@ def test_dataset_check_cli_prints_counts_and_agreement():
     ).stdout
     assert "problems:  25" in out
     assert "agreement: 100.00%" in out
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("dataset=nope", "error: dataset=nope: unknown; choose from gsm8k, "),
+        ("variant=cot,cot_sdd", "error: variant=cot_sdd: unknown; choose from base, "),
+        ("spec.k=-1", "error: spec.k=-1: must be >= 0 (0 = no speculation)"),
+    ],
+)
+def test_bad_override_fails_with_one_line_before_any_engine(override, line):
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", override], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(line)
+    assert "Traceback" not in proc.stderr
