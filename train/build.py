@@ -222,9 +222,7 @@ def scratch_bases(
     if not (tok_dir / "tokenizer.json").is_file():
         build_tokenizer(texts, sc.vocab_size, tok_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
-    rows = pretrain_texts(
-        problems, exp.prompts, tokenizer, sc.arithmetic_docs, sc.copy_docs, seed=0
-    )
+    rows = pretrain_texts(problems, exp.prompts, tokenizer, sc.arithmetic_docs, seed=0)
     bases = []
     for role, shape, settings, out in (
         ("target_base", sc.target, sc.target_sft, exp.targets["base"]),

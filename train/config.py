@@ -67,8 +67,6 @@ class ScratchSettings:
     vocab_size: int = 1024
     problems_per_difficulty: int = 2000  # synth train problems per difficulty (direct answers)
     arithmetic_docs: int = 0  # plain-text documents of arithmetic facts mixed in
-    copy_docs: int = 0  # documents that repeat a random run of words (teach copying)
-    solution_docs: int = 0  # plain-text worked solutions ("textbook" pages, not chats)
     target: TinyModelConfig = field(default_factory=TinyModelConfig)
     draft: TinyModelConfig = field(default_factory=TinyModelConfig)
     target_sft: SFTSettings = field(default_factory=SFTSettings)

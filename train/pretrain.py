@@ -1,12 +1,10 @@
 """Pretraining sets of the tiny world's base models (trained from scratch).
 
 The base models stand in for an instruction-tuned LM that has never seen a worked
-solution. They language-model three kinds of text: chats in which the ``direct`` system
-prompt gets the bare answer (``#### 17``); arithmetic facts in the number ranges of the
-synthetic problems (a pretrained LM knows that 12 + 5 = 17); and copy documents, a
-random run of words and numbers followed by the same run (a pretrained LM can repeat
-what it read: without this, a few-million-parameter model trained for minutes never
-learns to look a number up in the question). None shows how to chain steps.
+solution: they language-model chats in which the ``direct`` system prompt gets the bare
+answer (``#### 17``), plus plain arithmetic facts in the number ranges of the synthetic
+problems (a pretrained LM knows that 12 + 5 = 17, but not how to chain steps).
+Everything is rendered to plain text with the tokenizer's chat template.
 """
 
 from __future__ import annotations
@@ -15,12 +13,10 @@ import random
 from collections.abc import Mapping, Sequence
 
 from harness import synth
-from harness.datasets import select
 from harness.problems import Problem
 from harness.prompts import build_messages
 
 FACTS_PER_DOC = 8
-COPY_WORDS = (3, 8)  # words per copied run
 
 
 def direct_messages(problem: Problem, prompts: Mapping[str, str]) -> list[dict[str, str]]:
@@ -49,45 +45,14 @@ def arithmetic_docs(n: int, seed: int) -> list[str]:
     return docs
 
 
-def copy_docs(n: int, problems: Sequence[Problem], seed: int) -> list[str]:
-    """``n`` documents: a random run of words and numbers, a blank line, the same run again."""
-    rng = random.Random(f"copy:{seed}")
-    words = sorted({w for p in problems for w in p.question.split()})
-    docs = []
-    for _ in range(n):
-        run = " ".join(
-            str(rng.randint(0, 199)) if rng.random() < 0.4 else rng.choice(words)
-            for _ in range(rng.randint(*COPY_WORDS))
-        )
-        docs.append(f"{run}\n\n{run}")
-    return docs
-
-
-def solution_docs(problems: Sequence[Problem]) -> list[str]:
-    """Plain-text worked solutions ("textbook" pages): the question, a blank line, the CoT."""
-    return [f"{p.question}\n\n{p.gold_solution}" for p in problems]
-
-
 def pretrain_texts(
-    problems: Sequence[Problem],
-    prompts: Mapping[str, str],
-    tokenizer,
-    n_arithmetic: int,
-    n_copy: int,
-    n_solutions: int,
-    seed: int,
+    problems: Sequence[Problem], prompts: Mapping[str, str], tokenizer, n_arithmetic: int, seed: int
 ) -> list[dict[str, str]]:
-    """Language-modelling rows (``{"text": ...}``): direct chats, arithmetic, copy, solutions."""
+    """Language-modelling rows (``{"text": ...}``): direct chats and arithmetic documents."""
     chats = [
         tokenizer.apply_chat_template(direct_messages(p, prompts), tokenize=False).rstrip("\n")
         for p in problems
     ]
-    texts = [
-        *chats,
-        *arithmetic_docs(n_arithmetic, seed),
-        *copy_docs(n_copy, problems, seed),
-        *solution_docs(select(list(problems), n_solutions) if n_solutions else []),
-    ]
-    rows = [{"text": t} for t in texts]
+    rows = [{"text": t} for t in [*chats, *arithmetic_docs(n_arithmetic, seed)]]
     random.Random(seed).shuffle(rows)
     return rows
