@@ -139,7 +139,10 @@ def _parse(cfg: DatasetConfig, rows: Iterable[tuple[int, dict[str, Any] | None]]
             f"missing field or no extractable gold answer); fix them or set dataset.allow_malformed=true"
         )
     if bad:
-        print(f"dataset {cfg.name}: skipped {len(bad)} malformed row(s), first at line {bad[0]}", file=sys.stderr)
+        print(
+            f"dataset {cfg.name}: skipped {len(bad)} malformed row(s), first at line {bad[0]}",
+            file=sys.stderr,
+        )
     return problems
 
 
@@ -165,7 +168,9 @@ def load_problems(cfg: DatasetConfig, limit: int | None = None) -> list[Problem]
     else:
         raise DatasetError(f"dataset.source={cfg.source}: unknown; use gsm8k, math or synth")
     if not problems:
-        raise DatasetError(f"dataset {cfg.name}: no problems match (check dataset.math_type / levels)")
+        raise DatasetError(
+            f"dataset {cfg.name}: no problems match (check dataset.math_type / levels)"
+        )
     return select(problems, limit)
 
 

@@ -140,7 +140,11 @@ def _math_equivalent(pred: str, gold: str) -> bool:
     try:
         gold_parsed = parse(f"\\boxed{{{gold}}}", config, parsing_timeout=timeout)
         pred_parsed = parse(f"\\boxed{{{pred}}}", config, parsing_timeout=timeout)
-        return bool(gold_parsed and pred_parsed and verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
+        return bool(
+            gold_parsed
+            and pred_parsed
+            and verify(gold_parsed, pred_parsed, timeout_seconds=timeout)
+        )
     except Exception:  # math-verify raises on timeouts and exotic LaTeX: not equivalent
         return False
 
@@ -160,4 +164,6 @@ def is_equivalent(pred: str, gold: str, style: str) -> bool:
 def grade(text: str, gold_answer: str, style: str) -> Grade:
     """Extract the final answer from a model output and compare it with the gold answer."""
     pred, extractor = extract_answer(text, style)
-    return Grade(pred_answer=pred, correct=is_equivalent(pred, gold_answer, style), extractor=extractor)
+    return Grade(
+        pred_answer=pred, correct=is_equivalent(pred, gold_answer, style), extractor=extractor
+    )

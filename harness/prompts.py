@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from harness.problems import Problem
 
 
-def build_messages(problem: Problem, style: str, prompts: Mapping[str, str]) -> list[dict[str, str]]:
+def build_messages(
+    problem: Problem, style: str, prompts: Mapping[str, str]
+) -> list[dict[str, str]]:
     """System instruction for ``style`` followed by the question as the user turn."""
     if style not in prompts:
         raise KeyError(f"prompt style {style!r} has no system prompt; known: {sorted(prompts)}")

@@ -12,8 +12,18 @@ GSM8K_ROWS = [
     {"question": "A box holds 1,200 pens. Half are sold.", "answer": "1200/2=600\n#### 1,200"},
 ]
 MATH_ROWS = [
-    {"problem": "Solve x+1=2.", "solution": "So $x=\\boxed{1}$.", "level": "Level 1", "type": "Algebra"},
-    {"problem": "Find y.", "solution": "$y=\\boxed{\\frac{1}{2}}$", "level": "Level 2", "type": "Algebra"},
+    {
+        "problem": "Solve x+1=2.",
+        "solution": "So $x=\\boxed{1}$.",
+        "level": "Level 1",
+        "type": "Algebra",
+    },
+    {
+        "problem": "Find y.",
+        "solution": "$y=\\boxed{\\frac{1}{2}}$",
+        "level": "Level 2",
+        "type": "Algebra",
+    },
     {"problem": "Too hard.", "solution": "\\boxed{3}", "level": "Level 5", "type": "Algebra"},
     {"problem": "Other.", "solution": "\\boxed{4}", "level": "Level 1", "type": "Geometry"},
 ]
@@ -46,8 +56,12 @@ def test_math_filters_type_and_level_and_takes_last_boxed(tmp_path):
 
 
 def test_malformed_row_is_refused_with_its_line_number(tmp_path):
-    path = write_jsonl(tmp_path / "g.jsonl", [GSM8K_ROWS[0], {"question": "q", "answer": "no hashes"}])
-    with pytest.raises(DatasetError, match=r"1 malformed row\(s\).*first at line 2.*allow_malformed"):
+    path = write_jsonl(
+        tmp_path / "g.jsonl", [GSM8K_ROWS[0], {"question": "q", "answer": "no hashes"}]
+    )
+    with pytest.raises(
+        DatasetError, match=r"1 malformed row\(s\).*first at line 2.*allow_malformed"
+    ):
         load_problems(dataset(source="gsm8k", path=str(path)))
 
 
