@@ -162,10 +162,11 @@ def check_group_overrides(overrides: list[str]) -> None:
             continue
         options = group_options(key)
         for option in value.split(","):
-            _check(option in options, key, option, f"unknown; choose from {', '.join(options)}")
+            check(option in options, key, option, f"unknown; choose from {', '.join(options)}")
 
 
-def _check(ok: bool, key: str, value: Any, why: str) -> None:
+def check(ok: bool, key: str, value: Any, why: str) -> None:
+    """Raise ``ConfigError("<key>=<value>: <why>")`` unless ``ok``."""
     if not ok:
         raise ConfigError(f"{key}={value}: {why}")
 
@@ -176,20 +177,20 @@ def check_parallelism(engine: Any, gpus: int | None = None) -> None:
     The draft runs with TP 1 or the target's TP (vLLM's rule for draft models).
     """
     tp, draft_tp = engine.tensor_parallel_size, engine.draft_tensor_parallel_size
-    _check(tp >= 1, "engine.tensor_parallel_size", tp, "must be >= 1")
-    _check(
+    check(tp >= 1, "engine.tensor_parallel_size", tp, "must be >= 1")
+    check(
         draft_tp in (None, 1, tp),
         "engine.draft_tensor_parallel_size",
         draft_tp,
         f"must be 1 or the target's tensor_parallel_size ({tp})",
     )
-    _check(
+    check(
         engine.device == "cuda" or tp == 1,
         "engine.tensor_parallel_size",
         tp,
         f"tensor parallelism needs engine=cuda (engine.device is {engine.device})",
     )
-    _check(
+    check(
         gpus is None or tp <= gpus,
         "engine.tensor_parallel_size",
         tp,
@@ -203,49 +204,49 @@ def validate(cfg: Any) -> None:
     Raises:
         ConfigError: naming the first bad key and value.
     """
-    _check(cfg.spec.k >= 0, "spec.k", cfg.spec.k, "must be >= 0 (0 = no speculation)")
-    _check(
+    check(cfg.spec.k >= 0, "spec.k", cfg.spec.k, "must be >= 0 (0 = no speculation)")
+    check(
         cfg.spec.k == 0 or cfg.variant.draft is not None,
         "spec.k",
         cfg.spec.k,
         f"variant {cfg.variant.name} has no draft model; use spec.k=0 or a *_sd variant",
     )
-    _check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
-    _check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")
-    _check(
+    check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
+    check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")
+    check(
         cfg.concurrency <= cfg.engine.max_num_seqs,
         "concurrency",
         cfg.concurrency,
         f"must be <= engine.max_num_seqs={cfg.engine.max_num_seqs} (requests the engine runs at once)",
     )
-    _check(cfg.max_tokens >= 1, "max_tokens", cfg.max_tokens, "must be >= 1")
-    _check(cfg.temperature >= 0, "temperature", cfg.temperature, "must be >= 0")
-    _check(
+    check(cfg.max_tokens >= 1, "max_tokens", cfg.max_tokens, "must be >= 1")
+    check(cfg.temperature >= 0, "temperature", cfg.temperature, "must be >= 0")
+    check(
         cfg.dataset.difficulty in DIFFICULTIES,
         "dataset.difficulty",
         cfg.dataset.difficulty,
         f"must be one of {', '.join(DIFFICULTIES)}",
     )
     check_parallelism(cfg.engine)
-    _check(
+    check(
         cfg.variant.prompt_style in PROMPT_STYLES,
         "variant.prompt_style",
         cfg.variant.prompt_style,
         f"must be one of {', '.join(PROMPT_STYLES)}",
     )
-    _check(
+    check(
         cfg.variant.prompt_style in cfg.prompts,
         "variant.prompt_style",
         cfg.variant.prompt_style,
         f"no system prompt under prompts.{cfg.variant.prompt_style}",
     )
-    _check(
+    check(
         cfg.variant.target in cfg.models.targets,
         "variant.target",
         cfg.variant.target,
         f"experiment {cfg.experiment} defines targets {sorted(cfg.models.targets)}",
     )
-    _check(
+    check(
         cfg.variant.draft is None or cfg.variant.draft in cfg.models.drafts,
         "variant.draft",
         cfg.variant.draft,

@@ -7,12 +7,14 @@ deterministic. Each question text is hashed to exactly one split, so train, val 
 never share a question, whatever ``n`` and ``seed`` are; ids are the same hash.
 
 The chain is also the exact teacher: the CoT restates each sentence of the question and
-appends its equation (``12 + 5 = 17.``); the CoD keeps only the equations (``12+5=17``),
-at most five lines of at most five words. Both end with ``#### <answer>``.
+appends its equation (``12 + 5 = 17.``); the CoD keeps only the equations, one per line
+(``12 + 5 = 17``: five words; at most five operations, so at most five lines). Both end
+with ``#### <answer>``.
 
 The curriculum is shaped for a few-million-parameter model trained for minutes: small
 operands, the numbers appear in the question in the order they are used, the running
-value stays below ``max_value`` and every answer is a non-negative integer.
+value stays below ``max_value`` and every answer is a non-negative integer. CoT and CoD
+write equations the same way (spaced), so the CoD format is new in layout only.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ class Level:
 
 
 LEVELS = {
-    "easy": Level((1, 2), (2, 20), (1, 10), (2, 3), 40, (0.4, 0.4, 0.1, 0.1)),
-    "medium": Level((3, 4), (5, 40), (2, 15), (2, 3, 4), 99, (0.35, 0.35, 0.15, 0.15)),
-    "hard": Level((5, 7), (10, 90), (2, 30), (2, 3, 4, 5), 199, (0.35, 0.35, 0.15, 0.15)),
+    "easy": Level((1, 2), (2, 12), (1, 9), (2,), 20, (0.4, 0.4, 0.1, 0.1)),
+    "medium": Level((3, 4), (5, 20), (2, 9), (2, 3), 40, (0.35, 0.35, 0.15, 0.15)),
+    "hard": Level((5, 5), (5, 30), (2, 12), (2, 3), 60, (0.35, 0.35, 0.15, 0.15)),
 }
 
 SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -150,9 +152,8 @@ class Step:
     result: int
     sentence: str
 
-    def equation(self, spaced: bool) -> str:
-        sep = " " if spaced else ""
-        return f"{self.value}{sep}{SYMBOL[self.op]}{sep}{self.operand}{sep}={sep}{self.result}"
+    def equation(self) -> str:
+        return f"{self.value} {SYMBOL[self.op]} {self.operand} = {self.result}"
 
 
 def generate(difficulty: str, split: str, n: int, seed: int) -> list[Problem]:
@@ -198,10 +199,9 @@ def solutions(problem: Problem) -> tuple[str, str]:
     steps = _EQUATION.findall(problem.gold_solution)
     if not steps:
         raise ValueError(f"problem {problem.id}: not a synthetic problem (no equations)")
-    equations = [f"{a}{op}{b}={r}" for a, op, b, r in steps]
-    per_line = -(-len(equations) // MAX_COD_STEPS)  # ceil: pack pairs when over 5 steps
-    lines = [", ".join(equations[i : i + per_line]) for i in range(0, len(equations), per_line)]
-    cod = "\n".join([*lines, f"#### {problem.gold_answer}"])
+    cod = "\n".join(
+        [*(f"{a} {op} {b} = {r}" for a, op, b, r in steps), f"#### {problem.gold_answer}"]
+    )
     return problem.gold_solution, cod
 
 
@@ -228,7 +228,7 @@ def _story(rng: random.Random, level: Level) -> tuple[str, str, int]:
         steps.append(Step(op, value, operand, result, sentence))
         value = result
     question = " ".join([opening, *(s.sentence for s in steps), frame["question"].format(**slots)])
-    lines = [opening, *(f"{s.sentence} {s.equation(spaced=True)}." for s in steps)]
+    lines = [opening, *(f"{s.sentence} {s.equation()}." for s in steps)]
     lines.append(frame["answer"].format(**slots, x=value))
     cot = "\n".join([*(f"{i}. {line}" for i, line in enumerate(lines, 1)), f"#### {value}"])
     return question, cot, value

@@ -105,7 +105,14 @@ def test_cod_is_far_shorter_than_cot():
     problems = synth.generate("hard", "test", 50, 0)
     cot = sum(len(synth.solutions(p)[0]) for p in problems)
     cod = sum(len(synth.solutions(p)[1]) for p in problems)
-    assert cod < 0.4 * cot
+    assert cod < 0.3 * cot
+
+
+def test_cod_lines_are_the_spaced_equations_of_the_cot():
+    p = synth.generate("medium", "test", 1, 0)[0]
+    cot, cod = synth.solutions(p)
+    for line in cod.split("\n")[:-1]:
+        assert f" {line}." in cot
 
 
 def test_solutions_rejects_a_non_synthetic_problem():

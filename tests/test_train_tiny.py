@@ -63,3 +63,38 @@ def test_random_pair_loads_and_shares_the_tokenizer(tmp_path):
         == AutoTokenizer.from_pretrained(draft).get_vocab()
     )
     assert t_model.config.vocab_size == d_model.config.vocab_size
+
+
+def test_sft_pads_a_draft_to_its_targets_vocab_size(tmp_path):
+    """Qwen2.5-0.5B has fewer embedding rows than Qwen2.5-14B: the draft is padded."""
+    import json
+
+    from harness.checks import check_same_vocab
+    from train.config import SFTSettings, compose_train_config
+    from train.sft import sft
+
+    target, draft = build_random_pair(tmp_path)
+    size = json.loads((target / "config.json").read_text())["vocab_size"]
+    problem = synth.generate("easy", "train", 1, 0)[0]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": problem.question}],
+            "completion": [{"role": "assistant", "content": synth.solutions(problem)[1]}],
+        }
+    ] * 2
+    cfg = compose_train_config(["experiment=tiny", "threads=1"])
+    settings = SFTSettings(max_steps=1, batch_size=2, save_steps=10)
+    out = tmp_path / "draft_padded"
+    sft(draft, rows, out, settings, cfg, tmp_path / "work", vocab_size=size + 64)
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == size + 64
+    with pytest.raises(Exception, match="vocab_size"):
+        check_same_vocab(str(target), str(out))
+
+
+def test_pretraining_rows_are_textbook_pages_after_the_question():
+    from train.pretrain import pretrain_rows
+
+    problems = synth.generate("medium", "train", 2, 0)
+    rows = pretrain_rows([], problems, {}, None, seed=0)
+    assert sorted(r["completion"] for r in rows) == sorted(p.gold_solution for p in problems)
+    assert {r["prompt"] for r in rows} == {f"{p.question}\n\n" for p in problems}

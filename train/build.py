@@ -14,7 +14,8 @@ Steps (config: ``conf/train/<experiment>.yaml``; model directories: ``models`` o
    base draft trained from scratch on direct answers (:mod:`train.pretrain`).
 3. Per style (cot, cod): the target = base target + LoRA on the style's set, merged;
    the target answers the training prompts greedily through vLLM; the draft = base draft
-   fully fine-tuned on those answers.
+   fully fine-tuned on those answers, its embeddings padded to the target's vocab_size
+   when smaller (vLLM's draft-model mode needs equal sizes).
 
 Every model directory gets ``manifest.json``; one whose cache key (parent key, data
 hash, config) is unchanged is skipped, so a re-run with the same inputs trains nothing.
@@ -33,7 +34,7 @@ from pathlib import Path
 from harness import synth
 from harness.config import ConfigError, compose_config
 from harness.datasets import DatasetError, load_problems
-from train.config import SFTSettings, TrainConfig, compose_train_config
+from train.config import STYLES, SFTSettings, TrainConfig, compose_train_config
 from train.manifest import (
     Manifest,
     build_key,
@@ -43,8 +44,6 @@ from train.manifest import (
     read_manifest,
     write_manifest,
 )
-
-STYLES = ("cot", "cod")
 
 
 class DataLeakError(RuntimeError):
@@ -152,11 +151,15 @@ def train_model(
     settings: SFTSettings,
     out_dir: str,
     cfg: TrainConfig,
+    vocab_size: int | None = None,
 ) -> Built:
-    """SFT ``parent`` on ``rows`` into ``out_dir`` unless a build with the same key is there."""
+    """SFT ``parent`` on ``rows`` into ``out_dir`` unless a build with the same key is there.
+
+    ``vocab_size`` pads the model's embeddings to that many rows (see :func:`train.sft.sft`).
+    """
     from train.sft import sft
 
-    config = asdict(settings)
+    config = asdict(settings) | ({"vocab_size": vocab_size} if vocab_size else {})
     key = build_key(parent.key, data_hash(rows), config)
     out = Path(out_dir)
     if is_current(out, key):
@@ -165,9 +168,8 @@ def train_model(
     print(f"[build] {role}: training on {len(rows)} examples from {parent.path}", flush=True)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    result = sft(
-        parent.path, rows, tmp, settings, cfg, Path(cfg.work_dir) / f"{role}-{key}", val_rows
-    )
+    work = Path(cfg.work_dir) / f"{role}-{key}"
+    result = sft(parent.path, rows, tmp, settings, cfg, work, val_rows, vocab_size)
     method = "lora" if settings.lora else "full"
     manifest = Manifest(
         role=role,
@@ -197,19 +199,20 @@ def scratch_bases(
     """Tokenizer, then base target and base draft trained from scratch (tiny world)."""
     from transformers import AutoTokenizer
 
-    from train.pretrain import pretrain_texts
+    from train.pretrain import pretrain_rows
     from train.tiny import build_random_model
     from train.tokenizer import build_tokenizer
 
     sc = cfg.scratch
     work = Path(cfg.work_dir)
-    problems = [
-        p
-        for d in cfg.difficulties
-        for p in synth.generate(d, "train", sc.problems_per_difficulty, seed=0)
-    ]
-    check_no_leak([{"id": p.id} for p in problems], held_out, "pretraining set")
-    texts = [t for p in problems for t in (p.question, *synth.solutions(p))]
+    chats, pages = [], []
+    for d in cfg.difficulties:
+        n_pages = sc.pages.get(d, 0)
+        problems = synth.generate(d, "train", max(sc.direct_chats, n_pages), seed=0)
+        chats += problems[: sc.direct_chats]
+        pages += problems[:n_pages]
+    check_no_leak([{"id": p.id} for p in [*chats, *pages]], held_out, "pretraining set")
+    texts = [t for p in pages for t in (p.question, p.gold_solution)] + [p.question for p in chats]
     texts += [
         m["content"]
         for s in sets.values()
@@ -219,10 +222,10 @@ def scratch_bases(
     texts += [*exp.prompts.values(), "system", "user", "assistant"]
     tok_key = digest({"texts": data_hash({"t": t} for t in texts), "vocab": sc.vocab_size})
     tok_dir = work / f"tokenizer-{tok_key}"
-    if not (tok_dir / "tokenizer.json").is_file():
-        build_tokenizer(texts, sc.vocab_size, tok_dir)
+    if not tok_dir.is_dir():
+        _atomic_dir(tok_dir, lambda tmp: build_tokenizer(texts, sc.vocab_size, tmp))
     tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
-    rows = pretrain_texts(problems, exp.prompts, tokenizer, sc.arithmetic_docs, seed=0)
+    rows = pretrain_rows(chats, pages, exp.prompts, tokenizer, seed=0)
     bases = []
     for role, shape, settings, out in (
         ("target_base", sc.target, sc.target_sft, exp.targets["base"]),
@@ -230,8 +233,10 @@ def scratch_bases(
     ):
         init_key = digest({"tokenizer": tok_key, "shape": asdict(shape)})
         init_dir = work / f"{role}-init-{init_key}"
-        if not (init_dir / "config.json").is_file():
-            build_random_model(shape, tokenizer, init_dir, seed=0)
+        if not init_dir.is_dir():
+            _atomic_dir(
+                init_dir, lambda tmp, s=shape: build_random_model(s, tokenizer, tmp, seed=0)
+            )
         bases.append(
             train_model(role, Built(str(init_dir), init_key), rows, None, settings, out, cfg)
         )
@@ -288,10 +293,30 @@ def run(cfg: TrainConfig) -> dict[str, str]:
         )
         answers = distilled(cfg, target, style, flat(sets[style]["train"], cfg.distil.max_problems))
         draft = train_model(
-            f"draft_{style}", base_draft, answers, None, cfg.draft, exp.drafts[style], cfg
+            f"draft_{style}",
+            base_draft,
+            answers,
+            None,
+            cfg.draft,
+            exp.drafts[style],
+            cfg,
+            vocab_size=_vocab_size(target.path),
         )
         built |= {f"target_{style}": target.path, f"draft_{style}": draft.path}
     return built
+
+
+def _atomic_dir(path: Path, write) -> None:
+    """Run ``write(tmp_dir)`` and move the result to ``path`` (no half-written dirs)."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _vocab_size(model_dir: str) -> int:
+    """Rows of a built model's embedding matrix (``vocab_size`` in its config.json)."""
+    return json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"]
 
 
 def _pretrained(name: str) -> Built:

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from harness.config import CONF_DIR, DIFFICULTIES, ConfigError, EngineConfig, compose_config
+from harness.config import CONF_DIR, DIFFICULTIES, ConfigError, EngineConfig, check, compose_config
 from train.tiny import TinyModelConfig
 
 DEVICES = ("cpu", "cuda")
+STYLES = ("cot", "cod")  # the trained targets' prompt styles
 DEFAULT_EXPERIMENT = "tiny"
 
 
@@ -62,11 +63,11 @@ class SFTSettings:
 
 @dataclass
 class ScratchSettings:
-    """Base models trained from scratch (the tiny world) on question -> direct answer."""
+    """Base models trained from scratch (the tiny world): see :mod:`train.pretrain`."""
 
     vocab_size: int = 1024
-    problems_per_difficulty: int = 2000  # synth train problems per difficulty (direct answers)
-    arithmetic_docs: int = 0  # plain-text documents of arithmetic facts mixed in
+    direct_chats: int = 1000  # per difficulty: question -> "#### <answer>" chats
+    pages: dict[str, int] = field(default_factory=dict)  # per difficulty: worked solutions
     target: TinyModelConfig = field(default_factory=TinyModelConfig)
     draft: TinyModelConfig = field(default_factory=TinyModelConfig)
     target_sft: SFTSettings = field(default_factory=SFTSettings)
@@ -143,16 +144,13 @@ def compose_train_config(overrides: list[str]) -> TrainConfig:
     return cfg
 
 
-def _check(ok: bool, key: str, value: object, why: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={value}: {why}")
-
-
 def validate_train(cfg: TrainConfig) -> None:
     """Range and cross-field checks that types cannot express."""
-    _check(cfg.device in DEVICES, "device", cfg.device, f"must be one of {', '.join(DEVICES)}")
-    _check(cfg.target.lora is not None, "target.lora", None, "targets are trained with LoRA")
-    _check(cfg.draft.lora is None, "draft.lora", cfg.draft.lora, "drafts are fully fine-tuned")
+    check(cfg.device in DEVICES, "device", cfg.device, f"must be one of {', '.join(DEVICES)}")
+    check(cfg.target.lora is not None, "target.lora", None, "targets are trained with LoRA")
+    check(cfg.draft.lora is None, "draft.lora", cfg.draft.lora, "drafts are fully fine-tuned")
     for d in cfg.difficulties:
-        _check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
-    _check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
+        check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
+    check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
+    for d in cfg.scratch.pages if cfg.scratch else {}:
+        check(d in DIFFICULTIES, "scratch.pages", d, f"must be among {', '.join(DIFFICULTIES)}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.config import CONF_DIR, DIFFICULTIES, ConfigError, DatasetConfig, compose_config
+from harness.config import CONF_DIR, DIFFICULTIES, ConfigError, DatasetConfig, check, compose_config
 from train.cod import CodBounds
 from train.teachers.base import TeacherPrompts
 from train.teachers.gemini import GeminiConfig
@@ -108,37 +108,32 @@ def compose_data_config(overrides: list[str]) -> DataConfig:
     return data
 
 
-def _check(ok: bool, key: str, value: object, why: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={value}: {why}")
-
-
 def validate_data(cfg: DataConfig) -> None:
     """Range and cross-field checks that types cannot express."""
-    _check(cfg.teacher in TEACHERS, "teacher", cfg.teacher, f"must be one of {', '.join(TEACHERS)}")
-    _check(bool(cfg.datasets), "datasets", "{}", "name at least one difficulty")
-    _check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
-    _check(0 <= cfg.val_fraction < 1, "val_fraction", cfg.val_fraction, "must be in [0, 1)")
+    check(cfg.teacher in TEACHERS, "teacher", cfg.teacher, f"must be one of {', '.join(TEACHERS)}")
+    check(bool(cfg.datasets), "datasets", "{}", "name at least one difficulty")
+    check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
+    check(0 <= cfg.val_fraction < 1, "val_fraction", cfg.val_fraction, "must be in [0, 1)")
     for difficulty, source in cfg.datasets.items():
-        _check(
+        check(
             difficulty in DIFFICULTIES,
             "datasets",
             difficulty,
             f"keys must be {', '.join(DIFFICULTIES)}",
         )
-        _check(
+        check(
             source.train.split != source.eval.split or source.train.path != source.eval.path,
             f"datasets.{difficulty}.train.split",
             source.train.split,
             "train and eval read the same split",
         )
-        _check(
+        check(
             cfg.teacher != "synthetic" or source.train.source == "synth",
             "teacher",
             cfg.teacher,
             f"the synthetic teacher only solves synth datasets, not {source.train.name}",
         )
-    _check(
+    check(
         cfg.teacher != "vllm" or bool(cfg.vllm.model),
         "vllm.model",
         cfg.vllm.model,

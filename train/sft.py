@@ -36,11 +36,14 @@ def sft(
     cfg: TrainConfig,
     work_dir: str | Path,
     val_rows: list[dict] | None = None,
+    vocab_size: int | None = None,
 ) -> SFTResult:
     """Fine-tune the model in ``base_dir`` on ``rows`` and save a standalone model to ``out_dir``.
 
     With ``settings.lora`` the adapter is trained, saved under ``work_dir/adapter`` and
-    merged into the base weights; otherwise every weight is trained.
+    merged into the base weights; otherwise every weight is trained. ``vocab_size`` pads
+    the embeddings first (a draft must match its target's, e.g. Qwen2.5-0.5B's 151936
+    rows against Qwen2.5-14B's 152064; the padding ids are never in the data).
     """
     import time
 
@@ -52,8 +55,11 @@ def sft(
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
+    model = load_model(base_dir, cfg)
+    if vocab_size and vocab_size != model.config.vocab_size:
+        model.resize_token_embeddings(vocab_size)
     trainer = SFTTrainer(
-        model=load_model(base_dir, cfg),
+        model=model,
         args=_sft_config(settings, cfg, work),
         train_dataset=_dataset(Dataset, rows),
         eval_dataset=_dataset(Dataset, val_rows) if val_rows else None,
