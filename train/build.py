@@ -8,10 +8,11 @@ Steps (config: ``conf/train/<experiment>.yaml``; model directories: ``models`` o
 ``conf/experiment/<experiment>.yaml``):
 
 1. SFT sets ``<data_dir>/<experiment>/<difficulty>/{cot,cod}_{train,val}.jsonl`` from
-   ``train.data`` (made on the spot when the experiment's teacher is the offline
+   ``train.data`` (remade on the spot when the experiment's teacher is the offline
    synthetic one). No training row may be an evaluation problem (checked on ids).
 2. Tiny world only (``scratch``): a byte-level BPE tokenizer, then the base target and
-   base draft trained from scratch on direct answers (:mod:`train.pretrain`).
+   base draft trained from scratch on worked solutions (plain text) and direct-answer
+   chats (:mod:`train.pretrain`).
 3. Per style (cot, cod): the target = base target + LoRA on the style's set, merged;
    the target answers the training prompts greedily through vLLM; the draft = base draft
    fully fine-tuned on those answers, its embeddings padded to the target's vocab_size
@@ -91,16 +92,30 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def sft_sets(cfg: TrainConfig) -> dict[str, dict[str, dict[str, list[dict]]]]:
-    """``{style: {split: {difficulty: rows}}}`` (made first if missing and synthetic)."""
+    """``{style: {split: {difficulty: rows}}}``.
+
+    A synthetic teacher's sets are remade every time (seconds, deterministic), so they
+    always follow the current generators; other teachers' sets must exist.
+    """
+    from train.data import run
+    from train.data_config import compose_data_config
+
     root = Path(cfg.data_dir) / cfg.experiment
-    files = [
-        root / d / f"{s}_{split}.jsonl"
+    data_cfg = compose_data_config([f"experiment={cfg.experiment}", f"out_dir={cfg.data_dir}"])
+    if data_cfg.teacher == "synthetic":
+        run(data_cfg)
+    missing = [
+        path
         for d in cfg.difficulties
         for s in STYLES
         for split in ("train", "val")
+        if not (path := root / d / f"{s}_{split}.jsonl").is_file()
     ]
-    if any(not f.is_file() for f in files):
-        _make_sft_sets(cfg)
+    if missing:
+        raise ConfigError(
+            f"data_dir={cfg.data_dir}: no SFT sets for {cfg.experiment} ({missing[0]}); "
+            f"run `python -m train.data experiment={cfg.experiment}` first"
+        )
     return {
         s: {
             split: {d: read_jsonl(root / d / f"{s}_{split}.jsonl") for d in cfg.difficulties}
@@ -108,19 +123,6 @@ def sft_sets(cfg: TrainConfig) -> dict[str, dict[str, dict[str, list[dict]]]]:
         }
         for s in STYLES
     }
-
-
-def _make_sft_sets(cfg: TrainConfig) -> None:
-    from train.data import run
-    from train.data_config import compose_data_config
-
-    data_cfg = compose_data_config([f"experiment={cfg.experiment}", f"out_dir={cfg.data_dir}"])
-    if data_cfg.teacher != "synthetic":
-        raise ConfigError(
-            f"data_dir={cfg.data_dir}: no SFT sets for {cfg.experiment}; "
-            f"run `python -m train.data experiment={cfg.experiment}` first"
-        )
-    run(data_cfg)
 
 
 def eval_ids(cfg: TrainConfig) -> set[str]:
