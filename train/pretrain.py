@@ -9,12 +9,13 @@ system prompt with the bare answer. Two kinds of rows, both plain-text prompt-co
   no system prompt, so it never learns to reason inside a chat);
 - direct chats: the chat-rendered ``direct`` prompt, then ``#### <answer>``.
 
-Measured on 2 CPU cores (2.3M-parameter target, batches of 16, 4-5 steps/s): a model
-learns to copy names and numbers from the question only after ~1,000-2,000 steps; before
-that it invents them. Anything that takes steps away from worked solutions delays that:
-with half the rows bare arithmetic drills, or with terse (CoD) pages beside the CoT ones,
-it still invented them after 2,000 steps. What it learns last is arithmetic: a model
-that copies well still writes 7 - 6 = 3.
+Measured on 2 CPU cores (batches of 16, 2,000 steps on 12,000 easy worked solutions,
+greedy, held-out problems): a 2-layer 256-wide model (2.3M parameters) got 33% right, a
+4-layer 192-wide one (2.6M, same speed) 68%: depth, not width, buys arithmetic. Before
+~1,000 steps a model invents the names and numbers it should copy from the question,
+and anything that takes steps from worked solutions delays copying: with half the rows
+bare arithmetic drills or facts, or terse (CoD) pages beside the CoT ones, it still
+invented them after 2,000 steps (2-6% right), so there are none.
 """
 
 from __future__ import annotations
