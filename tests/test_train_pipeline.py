@@ -39,7 +39,7 @@ def test_tiny_experiment_trains_from_scratch_on_cpu_with_64_wide_heads():
         (["target.lora=null"], "target.lora=None: targets are trained with LoRA"),
         (["target.rank=8"], "rank"),
         (["difficulties=[easy,extreme]"], "difficulties=extreme"),
-        (["+scratch.pages.extreme=5"], "scratch.pages=extreme: must be among easy"),
+        (["+scratch.pages.tot={easy: 5}"], "scratch.pages=tot: must be among cot, cod"),
     ],
 )
 def test_bad_train_config_names_the_key(overrides, message):
@@ -57,7 +57,7 @@ MICRO = [
     "threads=2",
     "scratch.vocab_size=400",
     "scratch.direct_chats=20",
-    "scratch.pages={easy: 20, medium: 10, hard: 10}",
+    "scratch.pages={cot: {easy: 20, medium: 10}, cod: {easy: 10, hard: 10}}",
     "scratch.target={hidden_size: 128, num_layers: 1, intermediate_size: 256}",
     "scratch.draft={hidden_size: 64, num_layers: 1, intermediate_size: 128}",
     "scratch.target_sft.max_steps=3",

@@ -91,10 +91,10 @@ def test_sft_pads_a_draft_to_its_targets_vocab_size(tmp_path):
         check_same_vocab(str(target), str(out))
 
 
-def test_pretraining_rows_are_textbook_pages_after_the_question():
+def test_pretraining_pages_hold_the_full_or_the_terse_solution_after_the_question():
     from train.pretrain import pretrain_rows
 
-    problems = synth.generate("medium", "train", 2, 0)
-    rows = pretrain_rows([], problems, {}, None, seed=0)
-    assert sorted(r["completion"] for r in rows) == sorted(p.gold_solution for p in problems)
-    assert {r["prompt"] for r in rows} == {f"{p.question}\n\n" for p in problems}
+    problem = synth.generate("medium", "train", 1, 0)[0]
+    rows = pretrain_rows([], {"cot": [problem], "cod": [problem]}, {}, None, seed=0)
+    assert sorted(r["completion"] for r in rows) == sorted(synth.solutions(problem))
+    assert {r["prompt"] for r in rows} == {f"{problem.question}\n\n"}

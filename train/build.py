@@ -207,14 +207,17 @@ def scratch_bases(
 
     sc = cfg.scratch
     work = Path(cfg.work_dir)
-    chats, pages = [], []
+    chats: list = []
+    pages: dict[str, list] = {style: [] for style in sc.pages}
     for d in cfg.difficulties:
-        n_pages = sc.pages.get(d, 0)
-        problems = synth.generate(d, "train", max(sc.direct_chats, n_pages), seed=0)
+        counts = {style: n.get(d, 0) for style, n in sc.pages.items()}
+        problems = synth.generate(d, "train", max(sc.direct_chats, *counts.values()), seed=0)
         chats += problems[: sc.direct_chats]
-        pages += problems[:n_pages]
-    check_no_leak([{"id": p.id} for p in [*chats, *pages]], held_out, "pretraining set")
-    texts = [t for p in pages for t in (p.question, p.gold_solution)] + [p.question for p in chats]
+        for style, n in counts.items():
+            pages[style] += problems[:n]
+    seen = {p.id: p for p in [*chats, *(p for ps in pages.values() for p in ps)]}.values()
+    check_no_leak([{"id": p.id} for p in seen], held_out, "pretraining set")
+    texts = [t for p in seen for t in (p.question, *synth.solutions(p))]
     texts += [
         m["content"]
         for s in sets.values()

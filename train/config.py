@@ -67,7 +67,8 @@ class ScratchSettings:
 
     vocab_size: int = 1024
     direct_chats: int = 1000  # per difficulty: question -> "#### <answer>" chats
-    pages: dict[str, int] = field(default_factory=dict)  # per difficulty: worked solutions
+    # worked solutions per style (cot | cod) and difficulty: {"cod": {"easy": 1000}}
+    pages: dict[str, dict[str, int]] = field(default_factory=dict)
     target: TinyModelConfig = field(default_factory=TinyModelConfig)
     draft: TinyModelConfig = field(default_factory=TinyModelConfig)
     target_sft: SFTSettings = field(default_factory=SFTSettings)
@@ -152,5 +153,7 @@ def validate_train(cfg: TrainConfig) -> None:
     for d in cfg.difficulties:
         check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
     check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
-    for d in cfg.scratch.pages if cfg.scratch else {}:
-        check(d in DIFFICULTIES, "scratch.pages", d, f"must be among {', '.join(DIFFICULTIES)}")
+    for style, counts in (cfg.scratch.pages if cfg.scratch else {}).items():
+        check(style in STYLES, "scratch.pages", style, f"must be among {', '.join(STYLES)}")
+        for d in counts:
+            check(d in DIFFICULTIES, f"scratch.pages.{style}", d, "not a difficulty")
