@@ -52,7 +52,8 @@ def load_tokenizer(name: str) -> Any:
         ) from None
 
 
-def _config_vocab_size(name: str) -> int | None:
+def config_vocab_size(name: str) -> int | None:
+    """Rows of a local model's embedding matrix (its config.json), None for a hub id."""
     path = Path(name) / "config.json"
     if not path.is_file():
         return None
@@ -68,7 +69,7 @@ def check_same_vocab(target: str, draft: str) -> None:
             f"draft={draft}: its tokenizer differs from target {target}'s "
             f"({len(d_vocab)} vs {len(t_vocab)} tokens, {differ} entries differ)"
         )
-    t_size, d_size = _config_vocab_size(target), _config_vocab_size(draft)
+    t_size, d_size = config_vocab_size(target), config_vocab_size(draft)
     if t_size != d_size:
         raise ConfigError(
             f"draft={draft}: vocab_size {d_size} differs from target {target}'s {t_size}; "

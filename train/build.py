@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import synth
+from harness.checks import config_vocab_size
 from harness.config import ConfigError, compose_config
 from harness.datasets import DatasetError, load_problems
 from train.config import STYLES, SFTSettings, TrainConfig, compose_train_config
@@ -305,7 +306,7 @@ def run(cfg: TrainConfig) -> dict[str, str]:
             cfg.draft,
             exp.drafts[style],
             cfg,
-            vocab_size=_vocab_size(target.path),
+            vocab_size=config_vocab_size(target.path),
         )
         built |= {f"target_{style}": target.path, f"draft_{style}": draft.path}
     return built
@@ -317,11 +318,6 @@ def _atomic_dir(path: Path, write) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     write(tmp)
     os.replace(tmp, path)
-
-
-def _vocab_size(model_dir: str) -> int:
-    """Rows of a built model's embedding matrix (``vocab_size`` in its config.json)."""
-    return json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"]
 
 
 def _pretrained(name: str) -> Built:

@@ -54,7 +54,7 @@ class SFTSettings:
     scheduler: str = "cosine"
     weight_decay: float = 0.0
     max_length: int = 512
-    completion_only_loss: bool = True  # False = language-model the prompt too (pretraining)
+    completion_only_loss: bool = True  # False = the loss covers the prompt too
     logging_steps: int = 10
     save_steps: int = 200  # checkpoint interval, for resuming
     seed: int = 0

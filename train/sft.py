@@ -1,9 +1,9 @@
 """Supervised fine-tuning with TRL's ``SFTTrainer``: LoRA (then merged) or full.
 
-Rows are TRL's conversational prompt-completion format (``{"prompt": [system, user],
-"completion": [assistant]}``, loss on the completion only) or plain ``{"text": ...}``
-for language-model pretraining. Checkpoints go to a work directory and an interrupted run resumes from
-the last one. The result is always a standalone model directory vLLM can load.
+Rows are TRL's prompt-completion format, conversational (``{"prompt": [system, user],
+"completion": [assistant]}``) or plain text (pretraining); the loss is on the completion
+only. Checkpoints go to a work directory and an interrupted run resumes from the last
+one. The result is always a standalone model directory vLLM can load.
 """
 
 from __future__ import annotations
@@ -96,9 +96,10 @@ def load_model(model_dir: str | Path, cfg: TrainConfig):
 
 
 def _dataset(dataset_cls, rows: list[dict]):
-    """Only the columns TRL reads: ``text`` (language modelling) or prompt + completion."""
-    keys = ("text",) if "text" in rows[0] else ("prompt", "completion")
-    return dataset_cls.from_list([{k: r[k] for k in keys} for r in rows])
+    """Only the columns TRL reads: prompt and completion."""
+    return dataset_cls.from_list(
+        [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
+    )
 
 
 def _lora_config(settings: SFTSettings):
