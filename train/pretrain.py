@@ -19,7 +19,9 @@ greedy, held-out problems): a 2-layer 256-wide model (2.3M parameters) got 33% r
 and rows without a worked solution delay copying: with half the rows bare arithmetic
 drills or facts it still invented them after 2,000 steps (2-3% right), so there are
 none. Terse pages did the same to the 2-layer model (6%); the 4-layer one still learnt
-to copy with them (its CoT target then got 29% of easy training questions right).
+to copy with them. On 100 held-out easy problems this base got 56% right as a page and
+16% in a ``direct`` chat; its CoT LoRA (chat) 42% at learning rate 3e-3 and rank 64,
+58-61% at 1e-3 (rank 16 or 64) or 3e-4: a strong adapter unlearns arithmetic.
 """
 
 from __future__ import annotations
