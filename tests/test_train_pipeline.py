@@ -28,7 +28,11 @@ def test_tiny_experiment_trains_from_scratch_on_cpu_with_64_wide_heads():
     assert cfg.experiment == "tiny" and cfg.device == "cpu" and cfg.engine.device == "cpu"
     for shape in (cfg.scratch.target, cfg.scratch.draft):
         assert shape.hidden_size % 64 == 0
-    assert cfg.scratch.target.hidden_size > cfg.scratch.draft.hidden_size
+    weights = {
+        role: s.num_layers * s.hidden_size * (4 * s.hidden_size + 3 * s.intermediate_size)
+        for role, s in (("target", cfg.scratch.target), ("draft", cfg.scratch.draft))
+    }
+    assert weights["target"] > 1.5 * weights["draft"]  # the draft is much cheaper per token
 
 
 @pytest.mark.parametrize(
@@ -116,3 +120,11 @@ def test_micro_world_builds_every_model_and_a_rerun_trains_nothing(tmp_path, mon
     assert stamps == {
         role: (tmp_path / p / "manifest.json").stat().st_mtime_ns for role, p in built.items()
     }
+
+    fewer = compose_train_config([*MICRO, "distil.max_problems=3"])
+    rebuilt = run(fewer)  # other distillation prompts: new answers, new drafts, same targets
+    assert len(list((tmp_path / cfg.work_dir).glob("distil-cot-*.jsonl"))) == 2
+    after = {
+        role: (tmp_path / p / "manifest.json").stat().st_mtime_ns for role, p in rebuilt.items()
+    }
+    assert {r for r in stamps if after[r] != stamps[r]} == {"draft_cot", "draft_cod"}

@@ -250,10 +250,13 @@ def scratch_bases(
 
 
 def distilled(cfg: TrainConfig, target: Built, style: str, rows: list[dict]) -> list[dict]:
-    """The target's own greedy answers to ``rows``' prompts (cached by the target's key)."""
+    """The target's own greedy answers to ``rows``' prompts (cached by target, rows, max_tokens)."""
     from train.distil import distil_rows
 
-    path = Path(cfg.work_dir) / f"distil-{style}-{target.key}.jsonl"
+    key = digest(
+        {"target": target.key, "rows": data_hash(rows), "max_tokens": cfg.distil.max_tokens}
+    )
+    path = Path(cfg.work_dir) / f"distil-{style}-{key}.jsonl"
     if path.is_file():
         return read_jsonl(path)
     print(f"[build] distilling {len(rows)} answers of {target.path}", flush=True)
