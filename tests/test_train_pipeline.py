@@ -113,18 +113,16 @@ def test_micro_world_builds_every_model_and_a_rerun_trains_nothing(tmp_path, mon
     assert len(distilled) == 1  # the merged target served by vLLM wrote the draft's data
     assert len(distilled[0].read_text().splitlines()) == 4 * 3
 
-    stamps = {
-        role: (tmp_path / p / "manifest.json").stat().st_mtime_ns for role, p in built.items()
-    }
-    run(cfg)
-    assert stamps == {
-        role: (tmp_path / p / "manifest.json").stat().st_mtime_ns for role, p in built.items()
-    }
+    def written(models: dict[str, str]) -> dict[str, int]:
+        return {
+            role: (tmp_path / p / "manifest.json").stat().st_mtime_ns for role, p in models.items()
+        }
+
+    stamps = written(built)
+    assert written(run(cfg)) == stamps
 
     fewer = compose_train_config([*MICRO, "distil.max_problems=3"])
     rebuilt = run(fewer)  # other distillation prompts: new answers, new drafts, same targets
     assert len(list((tmp_path / cfg.work_dir).glob("distil-cot-*.jsonl"))) == 2
-    after = {
-        role: (tmp_path / p / "manifest.json").stat().st_mtime_ns for role, p in rebuilt.items()
-    }
+    after = written(rebuilt)
     assert {r for r in stamps if after[r] != stamps[r]} == {"draft_cot", "draft_cod"}

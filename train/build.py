@@ -253,9 +253,7 @@ def distilled(cfg: TrainConfig, target: Built, style: str, rows: list[dict]) -> 
     """The target's own greedy answers to ``rows``' prompts (cached by target, rows, max_tokens)."""
     from train.distil import distil_rows
 
-    key = digest(
-        {"target": target.key, "rows": data_hash(rows), "max_tokens": cfg.distil.max_tokens}
-    )
+    key = build_key(target.key, data_hash(rows), {"max_tokens": cfg.distil.max_tokens})
     path = Path(cfg.work_dir) / f"distil-{style}-{key}.jsonl"
     if path.is_file():
         return read_jsonl(path)

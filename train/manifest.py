@@ -55,7 +55,10 @@ def data_hash(rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def build_key(parent_key: str, data: str, config: Mapping[str, Any]) -> str:
-    """The cache key of a model trained from ``parent_key`` on ``data`` with ``config``."""
+    """The cache key of what ``parent_key`` makes from ``data`` with ``config``.
+
+    A model trained from a parent model, or a parent model's answers (distillation).
+    """
     return digest({"parent": parent_key, "data": data, "config": config})
 
 
