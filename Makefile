@@ -74,7 +74,7 @@ report: install ## figures + REPORT.md from every stored run
 	$(PY) -m reports $(REPORT_ARGS)
 
 simulate: install ## Monte Carlo of speculative decoding vs the analytical model
-	$(PY) -m reports.simulate
+	$(PY) -m reports.simulation_report
 
 bench: install ## harness overhead vs bare vLLM, and engine launches per sweep
 	$(PY) bench/overhead.py

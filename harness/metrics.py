@@ -18,6 +18,9 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import ArrayLike
+
 # vLLM's global speculative-decoding counters (``LLM.get_metrics()``).
 NUM_DRAFTS = "vllm:spec_decode_num_drafts"
 NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -69,18 +72,31 @@ def mean_acceptance_length(accepted: int, steps: int) -> float | None:
     return 1.0 + accepted / steps if steps else None
 
 
-def counts_from_histogram(histogram: Sequence[int], num_draft_tokens: int) -> SpecCounts:
-    """Counts of one request from vLLM's histogram (``histogram[j]`` = steps accepting j).
+def position_counts(histograms: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Per draft position i = 1..K: the verify steps that reached it and those that accepted it.
 
-    A step that accepted ``j`` drafts accepted positions ``0 .. j-1``, so position ``i``
-    was accepted in ``sum(histogram[i+1:])`` steps.
+    ``histograms[..., j]`` counts the steps that accepted exactly j drafts (the last axis
+    holds j = 0..K; leading axes are independent histograms). A step that accepted j
+    drafts passed positions 1..j, and position i is tried only after 1..i-1 passed, so
+    with S_j = steps accepting j or more, position i was reached S_(i-1) times and
+    accepted S_i times (S_0 is every step).
+
+    Returns:
+        ``(reached, accepted)``, each shaped like ``histograms`` with one entry fewer on
+        the last axis.
     """
-    k = len(histogram) - 1
+    at_least = np.cumsum(np.asarray(histograms)[..., ::-1], axis=-1)[..., ::-1]
+    return at_least[..., :-1], at_least[..., 1:]
+
+
+def counts_from_histogram(histogram: Sequence[int], num_draft_tokens: int) -> SpecCounts:
+    """Counts of one request from vLLM's histogram (``histogram[j]`` = steps accepting j)."""
+    _, accepted = position_counts(histogram)
     return SpecCounts(
         num_steps=sum(histogram),
         num_draft_tokens=num_draft_tokens,
-        num_accepted_tokens=sum(j * n for j, n in enumerate(histogram)),
-        accepted_per_pos=tuple(sum(histogram[i + 1 :]) for i in range(k)),
+        num_accepted_tokens=int(accepted.sum()),
+        accepted_per_pos=tuple(int(n) for n in accepted),
     )
 
 

@@ -8,7 +8,7 @@ are None when the job ran without speculation (k = 0).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, get_type_hints
 
 from harness.metrics import SpecCounts, counts_from_histogram
 
@@ -78,6 +78,15 @@ class RequestRecord:
             value = getattr(self, f.name)
             row[f.name] = list(value) if isinstance(value, tuple) else value
         return row
+
+
+def request_columns() -> dict[str, Any]:
+    """The tidy request table's columns in order (JobInfo's fields, then RequestRecord's),
+    each with its field's type."""
+    hints = {**get_type_hints(JobInfo), **get_type_hints(RequestRecord)}
+    names = [f.name for f in fields(JobInfo)]
+    names += [f.name for f in fields(RequestRecord) if f.name != "job"]
+    return {name: hints[name] for name in names}
 
 
 @dataclass(frozen=True)

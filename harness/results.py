@@ -14,60 +14,42 @@ import json
 import os
 import shutil
 import time
+import types
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.records import JobInfo, RequestRecord, RunSummary
+from harness.records import JobInfo, RequestRecord, RunSummary, request_columns
 
 SUMMARY = "summary.json"
 REQUESTS = "requests.parquet"
 FAILURES = "failures.jsonl"
 # Keys that do not change what a job computes: left out of the config hash.
-UNHASHED_KEYS = ("force", "results_dir", "sweep")
+UNHASHED_KEYS = ("force", "plan", "results_dir", "sweep")
+
+
+def arrow_type(hint: Any) -> Any:
+    """The Arrow type of a record field's type: ``T | None`` as T, ``tuple[T, ...]`` as a
+    list of T."""
+    import pyarrow as pa
+
+    scalars = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+    args = [a for a in typing.get_args(hint) if a is not type(None) and a is not Ellipsis]
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = args
+        return arrow_type(inner)
+    if origin is tuple:
+        return pa.list_(arrow_type(args[0]))
+    return scalars[hint]
 
 
 def request_schema() -> Any:
-    """The Arrow schema of ``requests.parquet`` (the tidy request table)."""
+    """The Arrow schema of ``requests.parquet`` (the tidy request table), from the records."""
     import pyarrow as pa
 
-    return pa.schema(
-        [
-            ("sweep_id", pa.string()),
-            ("run_id", pa.string()),
-            ("experiment", pa.string()),
-            ("variant", pa.string()),
-            ("target", pa.string()),
-            ("draft", pa.string()),
-            ("k", pa.int64()),
-            ("dataset", pa.string()),
-            ("difficulty", pa.string()),
-            ("prompt_style", pa.string()),
-            ("temperature", pa.float64()),
-            ("seed", pa.int64()),
-            ("concurrency", pa.int64()),
-            ("problem_id", pa.string()),
-            ("prompt_tokens", pa.int64()),
-            ("output_tokens", pa.int64()),
-            ("finish_reason", pa.string()),
-            ("pred_answer", pa.string()),
-            ("gold_answer", pa.string()),
-            ("correct", pa.bool_()),
-            ("extractor", pa.string()),
-            ("ttft_s", pa.float64()),
-            ("e2e_s", pa.float64()),
-            ("tpot_s", pa.float64()),
-            ("num_spec_steps", pa.int64()),
-            ("num_draft_tokens", pa.int64()),
-            ("num_accepted_tokens", pa.int64()),
-            ("acceptance_rate", pa.float64()),
-            ("mean_acceptance_length", pa.float64()),
-            ("acceptance_histogram", pa.list_(pa.int64())),
-            ("output_hash", pa.string()),
-            ("output_token_ids", pa.list_(pa.int64())),
-            ("rejection_tokens", pa.list_(pa.string())),
-        ]
-    )
+    return pa.schema([(name, arrow_type(t)) for name, t in request_columns().items()])
 
 
 def job_name(cfg: Any) -> str:

@@ -10,8 +10,8 @@ target, prompt style, dataset, temperature and concurrency in the same sweep
 - speedup_e2e = baseline mean e2e latency / mean e2e latency
 - speedup_tokens_per_s = tokens/s / baseline tokens/s (tokens/s = output tokens / e2e)
 
-Per-request spec counters give the per-position acceptance: position i was tried in
-the steps that accepted drafts 1..i-1 and passed in those that accepted 1..i.
+Per-request acceptance histograms give the per-position acceptance
+(:func:`harness.metrics.position_counts`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from harness import metrics
 from reports import bootstrap
 
 GROUP = (
@@ -31,6 +32,7 @@ GROUP = (
 )  # fmt: skip
 BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k"))
 DIFFICULTY_ORDER = {"easy": 0, "medium": 1, "hard": 2}
+POSITION_COLUMNS = ("row", "position", "reached", "accepted")
 
 
 @dataclass(frozen=True)
@@ -65,32 +67,33 @@ _COL = {c: i for i, c in enumerate(SUMMED)}  # column of each summed statistic i
 
 
 def position_counts(histograms: pd.Series) -> pd.DataFrame:
-    """Per request and draft position i = 1..K: steps that tried i and steps that passed it.
-
-    ``histograms[r][j]`` counts request r's verify steps that accepted exactly j drafts;
-    with S_j = sum of counts at j and above, position i passed S_i times out of S_(i-1).
+    """Per request and draft position i = 1..K: steps that tried i and steps that passed it
+    (:func:`harness.metrics.position_counts`, on the requests of each K at once).
 
     Returns:
-        Columns ``row`` (position in ``histograms``), ``position``, ``reached``, ``accepted``.
+        Columns ``row`` (position in ``histograms``), ``position``, ``reached``, ``accepted``;
+        null histograms have no rows.
     """
     lists = pa.chunked_array(pa.array(histograms.array)).combine_chunks()
     lengths = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
     values = lists.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-    seg = np.repeat(np.arange(len(lengths)), lengths)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    before = np.concatenate([[0], np.cumsum(values)[:-1]])  # exclusive running sum
-    totals = np.bincount(seg, weights=values, minlength=len(lengths)).astype(np.int64)
-    suffix = totals[seg] - (before - before[starts[seg]])  # S_j
-    j = np.arange(len(values)) - starts[seg]
-    keep = np.flatnonzero(j >= 1)
-    return pd.DataFrame(
-        {
-            "row": seg[keep],
-            "position": j[keep],
-            "reached": suffix[keep] + values[keep - 1],
-            "accepted": suffix[keep],
-        }
-    )
+    parts = [pd.DataFrame({c: np.zeros(0, np.int64) for c in POSITION_COLUMNS})]
+    for n in np.unique(lengths[lengths > 1]):
+        rows = np.flatnonzero(lengths == n)
+        reached, accepted = metrics.position_counts(values[starts[rows, None] + np.arange(n)])
+        parts.append(
+            pd.DataFrame(
+                {
+                    "row": np.repeat(rows, n - 1),
+                    "position": np.tile(np.arange(1, n), len(rows)),
+                    "reached": reached.ravel(),
+                    "accepted": accepted.ravel(),
+                }
+            )
+        )
+    counts = pd.concat(parts, ignore_index=True)
+    return counts.sort_values(["row", "position"], kind="stable").reset_index(drop=True)
 
 
 def with_sums(requests: pd.DataFrame) -> pd.DataFrame:

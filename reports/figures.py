@@ -1,7 +1,7 @@
 """The report's figures (matplotlib, PNG): one function per figure of the study.
 
 Each ``fig_*`` function draws one figure from the precomputed tables of
-:class:`reports.report.ReportTables` and returns it, or None when its data is absent;
+:class:`reports.tables.ReportTables` and returns it, or None when its data is absent;
 :func:`render_report` saves them and records which were skipped and why. Error bars
 are 95% bootstrap CIs over problems. Figures on the analytical model's axes live in
 :mod:`reports.theory_figures`.
@@ -22,7 +22,7 @@ from reports.plotting import Shown
 from reports.theory_figures import fig_theory_best_k, fig_theory_cost, fig_theory_tokens
 
 if TYPE_CHECKING:
-    from reports.report import ReportTables
+    from reports.tables import ReportTables
 
 
 def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | None:

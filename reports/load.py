@@ -22,6 +22,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness import results
+
+LEFT_ON_DISK = ("output_token_ids",)  # the biggest column; nothing in the report reads it
+# The columns the report needs; the other columns of the harness's schema are optional
+# (null when a run lacks them).
 REQUIRED = (
     "sweep_id", "run_id", "variant", "target", "draft", "k", "dataset", "difficulty",
     "prompt_style", "temperature", "seed", "concurrency", "problem_id", "output_tokens",
@@ -29,17 +34,11 @@ REQUIRED = (
     "num_accepted_tokens", "acceptance_histogram",
 )  # fmt: skip
 OPTIONAL = {
-    "experiment": pa.string(),
-    "prompt_tokens": pa.int64(),
-    "finish_reason": pa.string(),
-    "pred_answer": pa.string(),
-    "gold_answer": pa.string(),
-    "extractor": pa.string(),
-    "acceptance_rate": pa.float64(),
-    "mean_acceptance_length": pa.float64(),
-    "output_hash": pa.string(),
-    "rejection_tokens": pa.list_(pa.string()),
+    f.name: f.type
+    for f in results.request_schema()
+    if f.name not in REQUIRED and f.name not in LEFT_ON_DISK
 }
+COLUMNS = tuple(f.name for f in results.request_schema() if f.name not in LEFT_ON_DISK)
 NESTED = ("config", "versions", "hardware", "spec")  # summary keys that are dicts
 NO_DRAFT = "none"
 ROLE = "target_role"  # the target's key in the config (base | cot | cod); ``target`` is its model
@@ -149,7 +148,7 @@ def read_requests(job: Path, expected_rows: int | None) -> pa.Table:
         missing = [c for c in REQUIRED if c not in names]
         if missing:
             raise RunError(f"requests.parquet lacks columns: {', '.join(missing)}")
-        table = pf.read(columns=[c for c in (*REQUIRED, *OPTIONAL) if c in names])
+        table = pf.read(columns=[c for c in COLUMNS if c in names])
     except (OSError, pa.ArrowException) as e:
         raise RunError(f"corrupt requests.parquet: {e}") from e
     if table.num_rows == 0:
@@ -199,7 +198,7 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
 
 
 def _empty_requests() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in (*REQUIRED, *OPTIONAL, ROLE)})
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in (*COLUMNS, ROLE)})
 
 
 def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int = 8) -> Results:

@@ -16,8 +16,8 @@ from reports import hypotheses, theory
 from reports.plotting import Shown
 
 if TYPE_CHECKING:
-    from reports.report import ReportTables
     from reports.simulate import Simulation
+    from reports.tables import ReportTables
 
 Column = tuple[str, Callable[[pd.Series], str]]  # header, row -> cell
 
@@ -241,19 +241,15 @@ def report(
 
 def simulation_report(sim: Simulation, shown: list[Shown], steps: int, seed: int) -> str:
     """The text of SIMULATION.md."""
-    from reports import simulate
-
-    tok = sim.tokens[sim.tokens["k"].isin(simulate.KS)]
-    pivot = [("a", lambda r: num(r["a"], 2))] + [
-        (f"K={k}", lambda r, k=k: r[k]) for k in simulate.KS
-    ]
+    tok = sim.tokens[sim.tokens["k"].isin(sim.ks)]
+    pivot = [("a", lambda r: num(r["a"], 2))] + [(f"K={k}", lambda r, k=k: r[k]) for k in sim.ks]
     cells = tok.assign(cell=[f"{num(s, 3)} ± {num(1.96 * e, 3)} (theory {num(t, 3)})"
                              for s, e, t in zip(tok["simulated"], tok["se"], tok["analytical"],
                                                 strict=True)])  # fmt: skip
     wide = cells.pivot(index="a", columns="k", values="cell").reset_index()
-    breakeven = pd.DataFrame({"a": list(simulate.ALPHAS)})
-    for k in (1, *simulate.KS):
-        breakeven[f"K={k}"] = [num(theory.break_even_cost(a, k), 3) for a in simulate.ALPHAS]
+    breakeven = pd.DataFrame({"a": list(sim.alphas)})
+    for k in (1, *sim.ks):
+        breakeven[f"K={k}"] = [num(theory.break_even_cost(a, k), 3) for a in sim.alphas]
     agree = sim.best_k["best_k_simulated"] == sim.best_k["best_k_analytical"]
     rule_cols: list[Column] = [
         ("case", _col("case")),

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from reports import aggregate
 
 if TYPE_CHECKING:
-    from reports.report import ReportTables
+    from reports.tables import ReportTables
 
 DPI = 110
 PANEL = (4.6, 3.6)  # inches per subplot

@@ -10,14 +10,12 @@ The toy world is context-free: every position has the same target p and draft q,
 is the same at each position, as the analytical model assumes. Everything is vectorised
 with numpy and seeded.
 
-Run: ``python -m reports.simulate --out reports/out/simulate`` (figures + SIMULATION.md).
+Compute only; ``python -m reports.simulation_report`` draws and writes the results.
 """
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -226,12 +224,14 @@ def best_k_table(speedups: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Simulation:
-    """Every table the simulator produces."""
+    """Every table the simulator produces, and the exercises' acceptance rates and Ks."""
 
     rules: pd.DataFrame
-    tokens: pd.DataFrame  # a in ALPHAS, K = 0..8
+    tokens: pd.DataFrame  # a in alphas, K = 0..8
     speedups: pd.DataFrame  # the same (a, K) over COSTS
     best_k: pd.DataFrame  # over GRID_ALPHAS x GRID_COSTS, K = 0..K_MAX
+    alphas: tuple[float, ...]  # the acceptance rates of the tables and figures
+    ks: tuple[int, ...]  # the draft lengths the report tabulates
 
 
 def run(n_steps: int, seed: int) -> Simulation:
@@ -243,32 +243,6 @@ def run(n_steps: int, seed: int) -> Simulation:
         tokens=tokens,
         speedups=speedup_table(tokens, COSTS),
         best_k=best_k_table(speedup_table(grid, GRID_COSTS)),
+        alphas=ALPHAS,
+        ks=KS,
     )
-
-
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    """The simulator's command-line options."""
-    parser.add_argument("--out", type=Path, default=Path("reports/out/simulate"), help="output dir")
-    parser.add_argument("--steps", type=int, default=20_000, help="verify steps per (a, K)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed")
-
-
-def main(args: argparse.Namespace) -> Path:
-    """Simulate, then write figures/*.png and SIMULATION.md under ``args.out``."""
-    from reports import markdown, theory_figures
-
-    if args.steps < 2:
-        raise SystemExit(f"--steps={args.steps}: need at least 2 verify steps")
-    sim = run(args.steps, args.seed)
-    shown = theory_figures.render_simulation(sim, args.out / "figures")
-    path = args.out / "SIMULATION.md"
-    path.write_text(markdown.simulation_report(sim, shown, args.steps, args.seed))
-    return path
-
-
-if __name__ == "__main__":
-    cli = argparse.ArgumentParser(
-        prog="python -m reports.simulate", description=__doc__.split("\n")[0]
-    )
-    add_cli_args(cli)
-    print(f"wrote {main(cli.parse_args())}")

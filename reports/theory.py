@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from harness import metrics
+
 K_MAX = 16  # the largest K :func:`best_k` considers unless told otherwise
 
 
@@ -69,14 +71,16 @@ def best_k(a: ArrayLike, c: ArrayLike, k_max: int = K_MAX) -> np.ndarray | int:
 
 
 def position_attempts(accepted_per_pos: ArrayLike, num_drafts: float) -> float:
-    """How many draft positions were tried: sum over i of the steps that reached position i.
+    """How many draft positions were tried: the steps that reached each position, summed.
 
     ``accepted_per_pos[i]`` counts the verify steps whose draft at position i+1 was
-    accepted (vLLM's ``spec_decode_num_accepted_tokens_per_pos``); position i+1 is only
-    tried when position i was accepted, so it had ``accepted_per_pos[i-1]`` attempts
-    (``num_drafts``, the number of verify steps, for the first).
+    accepted (vLLM's ``spec_decode_num_accepted_tokens_per_pos``), ``num_drafts`` the
+    verify steps; their differences are the acceptance histogram that
+    :func:`harness.metrics.position_counts` reads.
     """
-    return float(num_drafts + np.sum(np.asarray(accepted_per_pos, float)[:-1]))
+    at_least = np.array([num_drafts, *np.asarray(accepted_per_pos, float), 0.0])
+    reached, _ = metrics.position_counts(-np.diff(at_least))  # the histogram of the counts
+    return float(reached.sum())
 
 
 def alpha_mle(accepted_per_pos: ArrayLike, num_drafts: float) -> float:

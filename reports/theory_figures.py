@@ -18,7 +18,8 @@ from reports import aggregate, plotting, simulate, theory
 from reports.plotting import Shown
 
 if TYPE_CHECKING:
-    from reports.report import ReportTables
+    from reports.simulate import Simulation
+    from reports.tables import ReportTables
 
 MAP_ALPHAS = np.linspace(0.4, 0.98, 117)
 MAP_COSTS = np.geomspace(0.005, 1.0, 121)
@@ -161,11 +162,11 @@ def fig_theory_best_k(t: ReportTables) -> Figure | None:
     return fig
 
 
-def fig_sim_tokens(sim: simulate.Simulation) -> Figure:
+def fig_sim_tokens(sim: Simulation) -> Figure:
     """Simulated tokens per verify step (points, 95% error bars) over E(a, K)."""
     fig, ax = plt.subplots(figsize=(7, 4.8))
     tok = sim.tokens[sim.tokens["k"] > 0]
-    draw_expected_tokens(ax, simulate.ALPHAS, int(tok["k"].max()))
+    draw_expected_tokens(ax, sim.alphas, int(tok["k"].max()))
     for a, g in tok.groupby("a"):
         ax.errorbar(
             g["k"],
@@ -183,11 +184,11 @@ def fig_sim_tokens(sim: simulate.Simulation) -> Figure:
     return fig
 
 
-def fig_sim_cost(sim: simulate.Simulation) -> Figure:
+def fig_sim_cost(sim: Simulation) -> Figure:
     """Speedup vs c for several K, one panel per a, simulated points, break-even marked."""
-    fig, axes = plotting.panels(2, rows=(len(simulate.ALPHAS) + 1) // 2)
-    ks = [1, *simulate.KS]
-    for ax, a in zip(axes.flat, simulate.ALPHAS, strict=False):
+    fig, axes = plotting.panels(2, rows=(len(sim.alphas) + 1) // 2)
+    ks = [1, *sim.ks]
+    for ax, a in zip(axes.flat, sim.alphas, strict=False):
         colors = draw_speedup_vs_cost(ax, a, ks)
         pts = sim.speedups[(sim.speedups["a"] == a) & sim.speedups["k"].isin(ks)]
         for k, g in pts.groupby("k"):
@@ -203,7 +204,7 @@ def fig_sim_cost(sim: simulate.Simulation) -> Figure:
     )
 
 
-def fig_sim_best_k(sim: simulate.Simulation) -> Figure:
+def fig_sim_best_k(sim: Simulation) -> Figure:
     """The analytical best-K map with the simulated best K written on the check grid."""
     fig, ax = plt.subplots(figsize=(8, 5.5))
     draw_best_k_map(fig, ax)
@@ -239,6 +240,6 @@ SIM_FIGURES = (
 )
 
 
-def render_simulation(sim: simulate.Simulation, out: Path) -> list[Shown]:
+def render_simulation(sim: Simulation, out: Path) -> list[Shown]:
     """Draw the simulator's figures into ``out``."""
     return [plotting.save(fn(sim), out, name, caption, "") for name, caption, fn in SIM_FIGURES]

@@ -10,7 +10,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from reports import simulate, theory, theory_figures
+from reports import simulate, simulation_report, theory, theory_figures
 
 N = 200_000
 
@@ -119,7 +119,7 @@ def test_same_seed_gives_the_same_simulation():
 
 
 def test_cli_writes_figures_and_markdown(tmp_path):
-    path = simulate.main(argparse.Namespace(out=tmp_path, steps=3_000, seed=0))
+    path = simulation_report.main(argparse.Namespace(out=tmp_path, steps=3_000, seed=0))
     text = path.read_text()
     assert "| a | K=3 | K=5 | K=7 |" in text
     assert "Break-even" in text

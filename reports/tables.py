@@ -1,0 +1,54 @@
+"""The report's computed tables: aggregates, fits, verdicts, everything figures and the
+markdown read. Bootstraps are seeded, so the same runs give the same tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from reports import aggregate, bootstrap, fit, hypotheses, load, rejections
+
+
+@dataclass(frozen=True)
+class ReportTables:
+    """Everything the figures and the markdown read."""
+
+    requests: pd.DataFrame
+    runs: pd.DataFrame
+    skipped: tuple[load.Skipped, ...]
+    table: pd.DataFrame  # aggregate.aggregate: one row per group
+    headline: pd.DataFrame  # aggregate.headline
+    positions: pd.DataFrame  # aggregate.positions
+    fits: pd.DataFrame  # fit.fit
+    rejections: pd.DataFrame  # rejections.rejection_kinds
+    verdicts: tuple[hypotheses.Verdict, ...]
+
+
+def _with_series(df: pd.DataFrame, multi_sweep: bool) -> pd.DataFrame:
+    """Add ``series``, the legend label: the variant, prefixed by its sweep when the
+    report covers several sweeps."""
+    if df.empty:
+        return df.assign(series=pd.Series(dtype="str"))
+    series = df["sweep_id"] + "/" + df["variant"] if multi_sweep else df["variant"]
+    return df.assign(series=series)
+
+
+def build_tables(
+    results: load.Results, n_boot: int = bootstrap.N_BOOT, seed: int = 0
+) -> ReportTables:
+    """Aggregate, fit and judge the loaded runs."""
+    req, runs = results.requests, results.runs
+    table = aggregate.aggregate(req, runs, n_boot, seed)
+    multi = req["sweep_id"].nunique() > 1
+    return ReportTables(
+        requests=_with_series(req, multi),
+        runs=runs,
+        skipped=results.skipped,
+        table=_with_series(table, multi),
+        headline=_with_series(aggregate.headline(table), multi),
+        positions=_with_series(aggregate.positions(req, n_boot, seed), multi),
+        fits=_with_series(fit.fit(table, req, runs, n_boot, seed), multi),
+        rejections=_with_series(rejections.rejection_kinds(req), multi),
+        verdicts=tuple(hypotheses.judge(req, table, n_boot, seed)),
+    )
