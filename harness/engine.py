@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,11 @@ class EngineSpec:
             k=k,
             settings=tuple(sorted(settings.items())),
         )
+
+    @classmethod
+    def plain(cls, model: str, settings: Mapping[str, Any]) -> EngineSpec:
+        """One model without a draft (k = 0); ``settings`` is the ``engine`` config group."""
+        return cls(resolve_model(model), None, 0, tuple(sorted(settings.items())))
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``vllm.LLM`` for this spec."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,3 @@ class Problem:
     gold_answer: str
     gold_solution: str
     answer_style: str = "number"
-
-    def to_row(self) -> dict[str, str]:
-        """Flat dict of the tidy-table columns."""
-        return asdict(self)

@@ -7,6 +7,7 @@ the benchmark both build messages here, so a model is evaluated on the format it
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from harness.problems import Problem
 
@@ -21,3 +22,12 @@ def build_messages(
         {"role": "system", "content": prompts[style]},
         {"role": "user", "content": problem.question},
     ]
+
+
+def prompt_token_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids the engine is sent for ``messages``: the chat template's text, tokenised.
+
+    The template already holds any special tokens, so none are added again.
+    """
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -27,7 +27,7 @@ from harness.datasets import load_problems
 from harness.engine import EngineSpec
 from harness.grading import grade
 from harness.problems import Problem
-from harness.prompts import build_messages
+from harness.prompts import build_messages, prompt_token_ids
 from harness.records import JobInfo, RequestRecord
 from harness.results import job_name
 
@@ -97,9 +97,7 @@ def prepare(cfg: Any) -> PreparedJob:
     requests = []
     for problem in load_problems(cfg.dataset, cfg.limit):
         messages = build_messages(problem, cfg.variant.prompt_style, cfg.prompts)
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        requests.append(Request(problem, tuple(ids)))
+        requests.append(Request(problem, tuple(prompt_token_ids(tokenizer, messages))))
     check_prompt_lengths(
         {r.problem.id: len(r.prompt_token_ids) for r in requests},
         cfg.max_tokens,

@@ -1,4 +1,4 @@
-"""Synthetic grade-school arithmetic word problems with exact CoT and CoD solutions.
+"""The synthetic problem generator: seeded arithmetic word problems of the tiny world.
 
 A problem is a story (someone's stickers, a water tank, a bus, ...) whose quantity goes
 through a chain of operations: add, subtract, multiply by a small factor, divide evenly.
@@ -7,10 +7,9 @@ a little (20, 25, 30; :data:`LEVELS`). Everything is seeded and
 deterministic. Each question text is hashed to exactly one split, so train, val and test
 never share a question, whatever ``n`` and ``seed`` are; ids are the same hash.
 
-The chain is also the exact teacher: the CoT restates each sentence of the question and
-appends its equation (``12 + 5 = 17.``); the CoD keeps only the equations, one per line
-(``12 + 5 = 17``: five words; at most five operations, so at most five lines). Both end
-with ``#### <answer>``.
+A problem's gold solution is its exact CoT: each sentence of the question restated with
+its equation appended (``12 + 5 = 17.``), then ``#### <answer>``. The exact CoD (the
+equations alone) is derived from it by the synthetic teacher, :mod:`train.teachers.synthetic`.
 
 The curriculum is shaped for a one-million-parameter model trained for minutes: operands
 1-9 at every level, the numbers appear in the question in the order they are used, the
@@ -27,14 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 from dataclasses import dataclass
 
 from harness.problems import Problem
 
 SPLITS = {"train": (0, 80), "val": (80, 90), "test": (90, 100)}  # percent buckets
-MAX_COD_STEPS = 5
-MAX_COD_WORDS = 5
 
 
 @dataclass(frozen=True)
@@ -198,20 +194,6 @@ def split_of(question: str) -> str:
     """The one split a question text belongs to (a hash bucket)."""
     bucket = int(_digest(question), 16) % 100
     return next(name for name, (lo, hi) in SPLITS.items() if lo <= bucket < hi)
-
-
-def solutions(problem: Problem) -> tuple[str, str]:
-    """The exact (CoT, CoD) solutions of a synthetic problem."""
-    steps = _EQUATION.findall(problem.gold_solution)
-    if not steps:
-        raise ValueError(f"problem {problem.id}: not a synthetic problem (no equations)")
-    cod = "\n".join(
-        [*(f"{a} {op} {b} = {r}" for a, op, b, r in steps), f"#### {problem.gold_answer}"]
-    )
-    return problem.gold_solution, cod
-
-
-_EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 
 
 def _digest(text: str) -> str:

@@ -22,7 +22,7 @@ from train.data import (
 )
 from train.data_config import compose_data_config, experiments
 from train.teachers.base import Reply
-from train.teachers.synthetic import SyntheticTeacher
+from train.teachers.synthetic import SyntheticTeacher, solutions
 
 BOUNDS = CodBounds(min_steps=1)
 PROMPTS = dict(compose_config(["experiment=tiny"]).prompts)
@@ -261,7 +261,7 @@ def test_gemini_teacher_builds_the_same_sets_through_the_batch_api(tmp_path, mon
     problems = {p.id: p for p in synth.generate("easy", "train", 40, seed=0)}
 
     def answer(key, request):
-        cot, cod = synth.solutions(problems[key])
+        cot, cod = solutions(problems[key])
         return cod if "Chain of thought:" in request["contents"][0]["parts"][0]["text"] else cot
 
     only_easy = ["~datasets.medium", "~datasets.hard", "datasets.easy.train.size=40"]

@@ -5,6 +5,7 @@ import pytest
 from harness import synth
 from train import data, data_report
 from train.data_report import DifficultyReport, length_stats, render_markdown
+from train.teachers.synthetic import solutions
 from train.tokenizer import build_tokenizer
 
 
@@ -49,7 +50,7 @@ def test_report_cli_writes_markdown_and_figures_showing_cod_shorter(tmp_path):
     assert data.main(["experiment=tiny", f"out_dir={tmp_path}", *sizes]) == 0
     problems = synth.generate("hard", "train", 100, seed=1)
     build_tokenizer(
-        [t for p in problems for t in (p.question, *synth.solutions(p))], 300, tmp_path / "tok"
+        [t for p in problems for t in (p.question, *solutions(p))], 300, tmp_path / "tok"
     )
     assert (
         data_report.main(

@@ -1,4 +1,4 @@
-"""The synthetic problem generator: determinism, splits, exact answers, CoT and CoD shape."""
+"""The synthetic problem generator and its exact teacher: determinism, splits, answers, CoT and CoD."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import replace
 import pytest
 
 from harness import synth
+from train.formats import CodBounds, check_cod
+from train.teachers.synthetic import solutions
 
 DIFFICULTIES = ("easy", "medium", "hard")
 
@@ -83,12 +85,10 @@ def test_numbers_grow_with_difficulty():
 @pytest.mark.parametrize("difficulty", DIFFICULTIES)
 def test_cod_has_at_most_five_steps_of_five_words_and_the_same_equations(difficulty):
     for p in synth.generate(difficulty, "test", 100, 0):
-        cot, cod = synth.solutions(p)
+        cot, cod = solutions(p)
         assert cot == p.gold_solution
-        *steps, last = cod.split("\n")
-        assert last == f"#### {p.gold_answer}"
-        assert 1 <= len(steps) <= synth.MAX_COD_STEPS
-        assert all(len(s.split()) <= synth.MAX_COD_WORDS for s in steps)
+        assert cod.split("\n")[-1] == f"#### {p.gold_answer}"
+        assert check_cod(cod, CodBounds(min_steps=1)).ok  # the study's 5 steps of 5 words
         assert _equations(cod) == _equations(cot)
 
 
@@ -103,14 +103,14 @@ def test_cot_restates_every_question_sentence_in_order():
 
 def test_cod_is_far_shorter_than_cot():
     problems = synth.generate("hard", "test", 50, 0)
-    cot = sum(len(synth.solutions(p)[0]) for p in problems)
-    cod = sum(len(synth.solutions(p)[1]) for p in problems)
+    cot = sum(len(solutions(p)[0]) for p in problems)
+    cod = sum(len(solutions(p)[1]) for p in problems)
     assert cod < 0.3 * cot
 
 
 def test_cod_lines_are_the_spaced_equations_of_the_cot():
     p = synth.generate("medium", "test", 1, 0)[0]
-    cot, cod = synth.solutions(p)
+    cot, cod = solutions(p)
     for line in cod.split("\n")[:-1]:
         assert f" {line}." in cot
 
@@ -118,7 +118,7 @@ def test_cod_lines_are_the_spaced_equations_of_the_cot():
 def test_solutions_rejects_a_non_synthetic_problem():
     p = synth.generate("easy", "test", 1, 0)[0]
     with pytest.raises(ValueError, match="gsm-1"):
-        synth.solutions(replace(p, id="gsm-1", gold_solution="She has 3. #### 3"))
+        solutions(replace(p, id="gsm-1", gold_solution="She has 3. #### 3"))
 
 
 @pytest.mark.parametrize(

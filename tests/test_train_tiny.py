@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness import synth
+from train.teachers.synthetic import solutions
 from train.tiny import TinyModelConfig, build_random_pair, qwen2_config
 from train.tokenizer import IM_END, PAD, train_tokenizer
 
@@ -12,7 +13,7 @@ from train.tokenizer import IM_END, PAD, train_tokenizer
 @pytest.fixture(scope="module")
 def tokenizer():
     problems = synth.generate("medium", "train", 50, 0)
-    return train_tokenizer([t for p in problems for t in (p.question, *synth.solutions(p))], 400)
+    return train_tokenizer([t for p in problems for t in (p.question, *solutions(p))], 400)
 
 
 def test_digits_are_split_one_by_one_keeping_a_leading_space(tokenizer):
@@ -79,7 +80,7 @@ def test_sft_pads_a_draft_to_its_targets_vocab_size(tmp_path):
     rows = [
         {
             "prompt": [{"role": "user", "content": problem.question}],
-            "completion": [{"role": "assistant", "content": synth.solutions(problem)[1]}],
+            "completion": [{"role": "assistant", "content": solutions(problem)[1]}],
         }
     ] * 2
     cfg = compose_train_config(["experiment=tiny", "threads=1"])
@@ -96,5 +97,5 @@ def test_pretraining_pages_hold_the_full_or_the_terse_solution_after_the_questio
 
     problem = synth.generate("medium", "train", 1, 0)[0]
     rows = pretrain_rows([], {"cot": [problem], "cod": [problem]}, {}, None, seed=0)
-    assert sorted(r["completion"] for r in rows) == sorted(synth.solutions(problem))
+    assert sorted(r["completion"] for r in rows) == sorted(solutions(problem))
     assert {r["prompt"] for r in rows} == {f"{problem.question}\n\n"}

@@ -46,6 +46,7 @@ from train.manifest import (
     read_manifest,
     write_manifest,
 )
+from train.teachers.synthetic import solutions
 
 
 class DataLeakError(RuntimeError):
@@ -218,7 +219,7 @@ def scratch_bases(
             pages[style] += problems[:n]
     seen = {p.id: p for p in [*chats, *(p for ps in pages.values() for p in ps)]}.values()
     check_no_leak([{"id": p.id} for p in seen], held_out, "pretraining set")
-    texts = [t for p in seen for t in (p.question, *synth.solutions(p))]
+    texts = [t for p in seen for t in (p.question, *solutions(p))]
     texts += [
         m["content"]
         for s in sets.values()

@@ -2,8 +2,8 @@
 
 The draft is then fine-tuned on these answers, so it learns the target's own output
 distribution (what speculative decoding needs it to predict), errors included. The
-prompts are rendered and generated exactly as the benchmark does (harness engine,
-tokenizer chat template, token ids in).
+prompts go through the benchmark's own code: :func:`harness.prompts.prompt_token_ids`
+and the harness engine.
 """
 
 from __future__ import annotations
@@ -25,23 +25,11 @@ def distil_rows(
     from vllm import SamplingParams
 
     from harness import engine
+    from harness.prompts import prompt_token_ids
 
-    target = str(Path(model_dir).resolve())
-    tokenizer = AutoTokenizer.from_pretrained(target)
-    prompts = [
-        {
-            "prompt_token_ids": tokenizer(
-                tokenizer.apply_chat_template(
-                    r["prompt"], tokenize=False, add_generation_prompt=True
-                ),
-                add_special_tokens=False,
-            )["input_ids"]
-        }
-        for r in rows
-    ]
-    spec = engine.EngineSpec(
-        target=target, draft=None, k=0, settings=tuple(sorted(engine_settings.items()))
-    )
+    spec = engine.EngineSpec.plain(str(Path(model_dir).resolve()), engine_settings)
+    tokenizer = AutoTokenizer.from_pretrained(spec.target)
+    prompts = [{"prompt_token_ids": prompt_token_ids(tokenizer, r["prompt"])} for r in rows]
     live, _ = engine.get(spec)
     try:
         outputs = live.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))

@@ -37,9 +37,9 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from harness import synth
 from harness.problems import Problem
 from harness.prompts import build_messages
+from train.teachers.synthetic import solutions
 
 
 def direct_row(problem: Problem, prompts: Mapping[str, str], tokenizer) -> dict[str, str]:
@@ -52,7 +52,7 @@ def direct_row(problem: Problem, prompts: Mapping[str, str], tokenizer) -> dict[
 
 def textbook_row(problem: Problem, style: str) -> dict[str, str]:
     """A worked solution (``cot`` or terse ``cod``) as plain text after the question."""
-    cot, cod = synth.solutions(problem)
+    cot, cod = solutions(problem)
     return {"prompt": f"{problem.question}\n\n", "completion": cot if style == "cot" else cod}
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import synth
+from train.teachers.synthetic import solutions
 
 HEAD_DIM = 64
 
@@ -75,7 +76,7 @@ def build_random_pair(out_dir: str | Path, seed: int = 0) -> tuple[Path, Path]:
     from train.tokenizer import train_tokenizer
 
     problems = [p for d in synth.LEVELS for p in synth.generate(d, "train", 100, seed)]
-    texts = [t for p in problems for t in (p.question, *synth.solutions(p))]
+    texts = [t for p in problems for t in (p.question, *solutions(p))]
     tokenizer = train_tokenizer(texts, vocab_size=512)
     out = Path(out_dir)
     target = build_random_model(TinyModelConfig(128, 2, 256), tokenizer, out / "target", seed)

@@ -1,22 +1,40 @@
-"""The exact teacher of the synthetic tiny world: :func:`harness.synth.solutions`."""
+"""The exact teacher of the synthetic tiny world: :func:`solutions`.
+
+A synthetic problem (:mod:`harness.synth`) carries its exact CoT as gold solution; the CoD
+keeps only its equations, one per line (``12 + 5 = 17``: five words; at most five
+operations, so at most five lines), then ``#### <answer>``.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
-from harness import synth
 from harness.problems import Problem
 from train.teachers.base import Reply, Teacher
+
+_EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
+
+
+def solutions(problem: Problem) -> tuple[str, str]:
+    """The exact (CoT, CoD) solutions of a synthetic problem."""
+    steps = _EQUATION.findall(problem.gold_solution)
+    if not steps:
+        raise ValueError(f"problem {problem.id}: not a synthetic problem (no equations)")
+    cod = "\n".join(
+        [*(f"{a} {op} {b} = {r}" for a, op, b, r in steps), f"#### {problem.gold_answer}"]
+    )
+    return problem.gold_solution, cod
 
 
 class SyntheticTeacher(Teacher):
     """Returns the programmatic CoT and CoD of synthetic problems (offline, instant)."""
 
     name = "synthetic"
-    model = "harness.synth.solutions"
+    model = "train.teachers.synthetic.solutions"
 
     def write_cot(self, problems: Sequence[Problem]) -> dict[str, Reply]:
-        return {p.id: Reply(p.id, synth.solutions(p)[0], "stop") for p in problems}
+        return {p.id: Reply(p.id, solutions(p)[0], "stop") for p in problems}
 
     def write_cod(self, problems: Sequence[Problem], cots: Mapping[str, str]) -> dict[str, Reply]:
-        return {p.id: Reply(p.id, synth.solutions(p)[1], "stop") for p in problems}
+        return {p.id: Reply(p.id, solutions(p)[1], "stop") for p in problems}

@@ -55,12 +55,9 @@ class VllmTeacher(PromptedTeacher):
 
     def engine_spec(self) -> Any:
         """The harness engine spec: the teacher as target, no draft model."""
-        from harness.checks import resolve_model
         from harness.engine import EngineSpec
 
-        return EngineSpec(
-            resolve_model(self.model), None, 0, tuple(sorted(asdict(self.cfg.engine).items()))
-        )
+        return EngineSpec.plain(self.model, asdict(self.cfg.engine))
 
     def complete(self, requests: Sequence[TeacherRequest], stage: str) -> dict[str, Reply]:
         from vllm import SamplingParams
