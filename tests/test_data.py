@@ -9,7 +9,7 @@ from fake_gemini import API_KEY, FakeGemini
 from harness import synth
 from harness.config import ConfigError, compose_config
 from harness.problems import Problem
-from train.cod import CodBounds
+from train.config import experiments
 from train.data import (
     DataLeakError,
     Outcome,
@@ -20,7 +20,8 @@ from train.data import (
     screen,
     split_of,
 )
-from train.data_config import compose_data_config, experiments
+from train.data_config import compose_data_config
+from train.formats import CodBounds
 from train.teachers.base import Reply
 from train.teachers.synthetic import SyntheticTeacher, solutions
 
@@ -218,7 +219,7 @@ def test_rebuild_is_byte_identical(tmp_path):
         ).read_bytes()
 
 
-@pytest.mark.parametrize("experiment", experiments())
+@pytest.mark.parametrize("experiment", experiments("data"))
 def test_every_data_experiment_composes(experiment):
     cfg = compose_data_config([f"experiment={experiment}"])
     assert set(cfg.datasets) == {"easy", "medium", "hard"}

@@ -7,8 +7,8 @@ from vllm.outputs import CompletionOutput, RequestOutput
 
 from harness.problems import Problem
 from train import data
-from train.cod import CodBounds
 from train.data_config import compose_data_config
+from train.formats import CodBounds
 from train.teachers.base import TeacherPrompts
 from train.teachers.vllm_teacher import VllmTeacher, reply_from_output
 
@@ -73,7 +73,7 @@ def test_vllm_teacher_engine_spec_is_the_model_alone_with_the_configured_engine(
     cfg = compose_data_config(
         ["teacher=vllm", f"vllm.model={tmp_path}", "vllm.engine.max_model_len=512"]
     )
-    spec = VllmTeacher(cfg.vllm, cfg.teacher_prompts(), cfg.bounds()).engine_spec()
+    spec = VllmTeacher(cfg.vllm, cfg.teacher_prompts(), cfg.cod).engine_spec()
     assert (spec.target, spec.draft, spec.k) == (str(tmp_path), None, 0)
     assert dict(spec.settings)["max_model_len"] == 512
     assert dict(spec.settings)["device"] == "cpu"

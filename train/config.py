@@ -109,9 +109,34 @@ def register_train_configs() -> None:
     ConfigStore.instance().store(group="train", name="train_schema", node=TrainConfig)
 
 
-def experiments() -> list[str]:
-    """Experiments with a pipeline config (``conf/train/<name>.yaml``)."""
-    return sorted(p.stem for p in (CONF_DIR / "train").glob("*.yaml"))
+def experiments(stage: str) -> list[str]:
+    """Experiments with a config for training stage ``stage`` (``conf/<stage>/<name>.yaml``).
+
+    ``common.yaml`` holds what a stage's experiments share and is not one.
+    """
+    return sorted(p.stem for p in (CONF_DIR / stage).glob("*.yaml") if p.stem != "common")
+
+
+def split_experiment(overrides: list[str], stage: str) -> tuple[str, list[str]]:
+    """``(experiment, other overrides)``: ``experiment=<name>`` picks ``conf/<stage>/<name>.yaml``.
+
+    The default is ``tiny``; the other overrides are Hydra's.
+
+    Raises:
+        ConfigError: when the experiment has no config for ``stage``.
+    """
+    experiment, rest = DEFAULT_EXPERIMENT, []
+    for item in overrides:
+        if item.startswith("experiment="):
+            experiment = item.split("=", 1)[1]
+        else:
+            rest.append(item)
+    known = experiments(stage)
+    if experiment not in known:
+        raise ConfigError(
+            f"experiment={experiment}: no conf/{stage}/{experiment}.yaml; known: {', '.join(known)}"
+        )
+    return experiment, rest
 
 
 def compose_train_config(overrides: list[str]) -> TrainConfig:
@@ -122,16 +147,7 @@ def compose_train_config(overrides: list[str]) -> TrainConfig:
     Raises:
         ConfigError: naming the bad key and value.
     """
-    experiment, rest = DEFAULT_EXPERIMENT, []
-    for item in overrides:
-        if item.startswith("experiment="):
-            experiment = item.split("=", 1)[1]
-        else:
-            rest.append(item)
-    if experiment not in experiments():
-        raise ConfigError(
-            f"experiment={experiment}: no conf/train/{experiment}.yaml; known: {', '.join(experiments())}"
-        )
+    experiment, rest = split_experiment(overrides, "train")
     register_train_configs()
     try:
         cfg: TrainConfig = OmegaConf.to_object(

@@ -7,7 +7,7 @@
 
 Per difficulty: load the train split, drop duplicate questions and any question of the
 evaluation split, ask the teacher for a CoT per problem and a CoD per kept CoT, keep a
-problem only if both follow their format (:mod:`train.cod`) and both final answers equal
+problem only if both follow their format (:mod:`train.formats`) and both final answers equal
 the gold answer (:func:`harness.grading.grade`); every drop is counted by reason. Kept
 problems are split into train / val by a hash of the problem id.
 
@@ -34,8 +34,8 @@ from harness.datasets import DatasetError, load_problems
 from harness.grading import grade
 from harness.problems import Problem
 from harness.prompts import build_messages
-from train.cod import CodBounds, Verdict, check_cod, check_cot
 from train.data_config import DataConfig, SourceConfig, compose_data_config
+from train.formats import CodBounds, Verdict, check_cod, check_cot
 from train.teachers.base import Reply, Teacher
 
 STYLES = ("cot", "cod")
@@ -282,7 +282,7 @@ def prompts_hash(cfg: DataConfig, system_prompts: Mapping[str, str]) -> str:
         {
             "teacher": cfg.teacher_prompts().digest(),
             "system": {s: system_prompts[s] for s in STYLES},
-            "cod": asdict(cfg.bounds()),
+            "cod": asdict(cfg.cod),
         },
         sort_keys=True,
     )
@@ -299,11 +299,11 @@ def make_teacher(cfg: DataConfig, work_dir: Path) -> Teacher:
         from train.teachers.gemini import GeminiTeacher
 
         return GeminiTeacher(
-            cfg.gemini, cfg.teacher_prompts(), cfg.bounds(), work_dir, confirm=cfg.confirm
+            cfg.gemini, cfg.teacher_prompts(), cfg.cod, work_dir, confirm=cfg.confirm
         )
     from train.teachers.vllm_teacher import VllmTeacher
 
-    return VllmTeacher(cfg.vllm, cfg.teacher_prompts(), cfg.bounds())
+    return VllmTeacher(cfg.vllm, cfg.teacher_prompts(), cfg.cod)
 
 
 def manifest_of(
@@ -323,7 +323,7 @@ def manifest_of(
         "model": teacher.model,
         "prompts_hash": prompts_hash(cfg, system_prompts),
         "teacher_prompts_hash": cfg.teacher_prompts().digest(),
-        "cod_bounds": asdict(cfg.bounds()),
+        "cod_bounds": asdict(cfg.cod),
         "val_fraction": cfg.val_fraction,
         "limit": cfg.limit,
     }
@@ -343,7 +343,7 @@ def run(cfg: DataConfig) -> dict[str, Path]:
             problems,
             eval_problems,
             teacher,
-            cfg.bounds(),
+            cfg.cod,
             system_prompts,
             cfg.val_fraction,
         )

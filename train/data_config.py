@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.config import CONF_DIR, DIFFICULTIES, ConfigError, DatasetConfig, check, compose_config
-from train.cod import CodBounds
+from harness.config import DIFFICULTIES, ConfigError, DatasetConfig, check, compose_config
+from train.config import split_experiment
+from train.formats import CodBounds
 from train.teachers.base import TeacherPrompts
 from train.teachers.gemini import GeminiConfig
 from train.teachers.vllm_teacher import VllmTeacherConfig
 
 TEACHERS = ("synthetic", "gemini", "vllm")
-DEFAULT_EXPERIMENT = "tiny"
 
 
 @dataclass
@@ -41,15 +41,6 @@ class PromptsConfig:
 
 
 @dataclass
-class CodConfig:
-    """CoD bounds: the study's 3-5 steps of at most 5 words."""
-
-    min_steps: int = 3
-    max_steps: int = 5
-    max_words: int = 5
-
-
-@dataclass
 class DataConfig:
     """One ``python -m train.data`` run: every difficulty of one experiment."""
 
@@ -60,13 +51,10 @@ class DataConfig:
     val_fraction: float = 0.05  # share of kept examples held out, chosen by problem-id hash
     out_dir: str = "data"
     confirm: bool = False  # gemini: accept the cost estimate without asking
-    cod: CodConfig = field(default_factory=CodConfig)
+    cod: CodBounds = field(default_factory=CodBounds)  # the study's 3-5 steps of <= 5 words
     prompts: PromptsConfig = field(default_factory=PromptsConfig)
     gemini: GeminiConfig = field(default_factory=GeminiConfig)
     vllm: VllmTeacherConfig = field(default_factory=VllmTeacherConfig)
-
-    def bounds(self) -> CodBounds:
-        return CodBounds(self.cod.min_steps, self.cod.max_steps, self.cod.max_words)
 
     def teacher_prompts(self) -> TeacherPrompts:
         return TeacherPrompts(**vars(self.prompts))
@@ -77,11 +65,6 @@ def register_data_configs() -> None:
     ConfigStore.instance().store(group="data", name="data_schema", node=DataConfig)
 
 
-def experiments() -> list[str]:
-    """Experiments with a data config (``conf/data/<name>.yaml`` other than ``common``)."""
-    return sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml") if p.stem != "common")
-
-
 def compose_data_config(overrides: list[str]) -> DataConfig:
     """Compose, type-check and validate ``conf/data/<experiment>.yaml`` plus overrides.
 
@@ -90,20 +73,13 @@ def compose_data_config(overrides: list[str]) -> DataConfig:
     Raises:
         ConfigError: naming the first bad key and value.
     """
-    experiment = DEFAULT_EXPERIMENT
-    rest = []
-    for item in overrides:
-        if item.startswith("experiment="):
-            experiment = item.split("=", 1)[1]
-        else:
-            rest.append(item)
-    if experiment not in experiments():
-        raise ConfigError(
-            f"experiment={experiment}: no conf/data/{experiment}.yaml; known: {', '.join(experiments())}"
-        )
+    experiment, rest = split_experiment(overrides, "data")
     register_data_configs()
     cfg: DictConfig = compose_config(rest, config_name=f"data/{experiment}")
-    data: DataConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    try:
+        data: DataConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    except ValueError as exc:  # CodBounds checks its values when built
+        raise ConfigError(str(exc).splitlines()[0]) from None
     validate_data(data)
     return data
 
@@ -140,7 +116,6 @@ def validate_data(cfg: DataConfig) -> None:
         "required for teacher=vllm",
     )
     try:
-        cfg.bounds()
         cfg.teacher_prompts()
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

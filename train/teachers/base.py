@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from string import Template
 
 from harness.problems import Problem
-from train.cod import CodBounds
+from train.formats import CodBounds
 
 FINISH_REASONS = ("stop", "length", "blocked", "error")
 

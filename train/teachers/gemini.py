@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train.cod import CodBounds
+from train.formats import CodBounds
 from train.teachers.base import PromptedTeacher, Reply, TeacherPrompts, TeacherRequest
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.config import EngineConfig
-from train.cod import CodBounds
+from train.formats import CodBounds
 from train.teachers.base import PromptedTeacher, Reply, TeacherPrompts, TeacherRequest
 
 

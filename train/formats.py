@@ -12,16 +12,20 @@ one function serves filtering (``ok``) and reporting (compliance rate, reasons).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 ANSWER_MARK = "####"
 _LIST_MARKER = re.compile(r"^(?:step\s*\d+\s*[.):]|\d+\s*[.):]|[-*•])\s*", re.IGNORECASE)
 _CALCULATOR_TAG = re.compile(r"<<[^>]*>>")
 
 
-@dataclass(frozen=True)
+@dataclass
 class CodBounds:
-    """How many steps a CoD may have and how many words each step may hold."""
+    """How many steps a CoD may have and how many words each step may hold.
+
+    Also the ``cod`` section of the data config (``conf/data/common.yaml``); not frozen,
+    since Hydra merges the YAML values into it.
+    """
 
     min_steps: int = 3
     max_steps: int = 5
@@ -45,9 +49,6 @@ class Verdict:
     steps: int  # step lines before the answer line
     longest_step: int  # words in the longest step
     answer: str | None  # text after the final ``####``
-
-    def to_row(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def split_steps(text: str) -> tuple[list[str], str | None, bool]:

@@ -3,7 +3,9 @@
 import pytest
 
 from harness import synth
-from train.cod import CodBounds, Verdict, check_cod, check_cot, split_steps
+from train.data_config import compose_data_config
+from train.formats import CodBounds, Verdict, check_cod, check_cot, split_steps
+from train.teachers.synthetic import solutions
 
 STUDY = CodBounds(min_steps=3, max_steps=5, max_words=5)
 
@@ -54,6 +56,11 @@ def test_bad_bounds_are_refused():
         CodBounds(min_steps=4, max_steps=3)
 
 
+def test_data_config_cod_section_is_the_validators_bounds():
+    cod = compose_data_config(["experiment=qwen2.5", "cod.max_words=3"]).cod
+    assert cod == CodBounds(min_steps=3, max_steps=5, max_words=3)
+
+
 def test_cot_rejects_calculator_tags_and_missing_steps():
     assert check_cot("1. 2*3 = <<2*3=6>>6 eggs\n#### 6").reason == "calculator_tags"
     assert check_cot("#### 6").reason == "no_steps"
@@ -66,7 +73,7 @@ def test_cot_rejects_calculator_tags_and_missing_steps():
 def test_synthetic_teacher_output_is_compliant(difficulty):
     bounds = CodBounds(min_steps=1)
     for problem in synth.generate(difficulty, "train", 30, seed=0):
-        cot, cod = synth.solutions(problem)
+        cot, cod = solutions(problem)
         assert check_cot(cot).ok, cot
         assert check_cod(cod, bounds).ok, cod
         assert check_cod(cod, bounds).answer == problem.gold_answer
