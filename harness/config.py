@@ -20,6 +20,8 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 DIFFICULTIES = ("easy", "medium", "hard")
 PROMPT_STYLES = ("direct", "cot", "cod")
+# vLLM speculative methods: a draft model (the variant's ``draft``) or model-free prompt lookup
+SPEC_METHODS = ("draft_model", "ngram")
 
 
 class ConfigError(ValueError):
@@ -52,6 +54,7 @@ class VariantConfig:
     target: str = MISSING  # base | cot | cod
     draft: str | None = None  # None | base | cot | cod
     prompt_style: str = MISSING  # direct | cot | cod
+    method: str = "draft_model"  # the speculator: draft_model (needs draft) | ngram (no model)
 
 
 @dataclass
@@ -83,6 +86,8 @@ class SpecConfig:
     """Speculative decoding: ``k`` draft tokens per verify step; 0 = plain decoding."""
 
     k: int = 0
+    prompt_lookup_max: int = 4  # ngram: longest n-gram matched against the context
+    prompt_lookup_min: int = 2  # ngram: shortest
 
 
 @dataclass
@@ -165,6 +170,11 @@ def check_group_overrides(overrides: list[str]) -> None:
             check(option in options, key, option, f"unknown; choose from {', '.join(options)}")
 
 
+def has_speculator(variant: Any) -> bool:
+    """True when the variant can speculate (spec.k > 0): a draft model or a model-free method."""
+    return variant.draft is not None or variant.method != "draft_model"
+
+
 def check(ok: bool, key: str, value: Any, why: str) -> None:
     """Raise ``ConfigError("<key>=<value>: <why>")`` unless ``ok``."""
     if not ok:
@@ -206,10 +216,29 @@ def validate(cfg: Any) -> None:
     """
     check(cfg.spec.k >= 0, "spec.k", cfg.spec.k, "must be >= 0 (0 = no speculation)")
     check(
-        cfg.spec.k == 0 or cfg.variant.draft is not None,
+        cfg.variant.method in SPEC_METHODS,
+        "variant.method",
+        cfg.variant.method,
+        f"must be one of {', '.join(SPEC_METHODS)}",
+    )
+    check(
+        cfg.variant.method == "draft_model" or cfg.variant.draft is None,
+        "variant.draft",
+        cfg.variant.draft,
+        f"method {cfg.variant.method} loads no draft model; set variant.draft=null",
+    )
+    check(
+        cfg.spec.k == 0 or has_speculator(cfg.variant),
         "spec.k",
         cfg.spec.k,
-        f"variant {cfg.variant.name} has no draft model; use spec.k=0 or a *_sd variant",
+        f"variant {cfg.variant.name} has no draft model and no model-free method; "
+        "use spec.k=0 or a *_sd / *_ngram variant",
+    )
+    check(
+        1 <= cfg.spec.prompt_lookup_min <= cfg.spec.prompt_lookup_max,
+        "spec.prompt_lookup_min",
+        cfg.spec.prompt_lookup_min,
+        f"must be between 1 and spec.prompt_lookup_max={cfg.spec.prompt_lookup_max}",
     )
     check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
     check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")

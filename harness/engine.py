@@ -1,11 +1,12 @@
 """vLLM engines: what determines one (EngineSpec) and the one-engine-per-process cache.
 
-An engine is ``vllm.LLM(target, speculative_config={"method": "draft_model", ...})``
-built from an :class:`EngineSpec`. Jobs of a multirun that share a spec (different
-datasets, seeds, limits, temperatures, concurrency) reuse one engine; :func:`get` with
-another spec shuts the live engine down first, so only one exists and its memory
-returns. Seeds are per request (``SamplingParams.seed``), so they are not part of the
-spec. :func:`clear` shuts down the live engine (tests call it).
+An engine is ``vllm.LLM(target, speculative_config={"method": ..., ...})`` built from
+an :class:`EngineSpec`; the method is a draft model or model-free prompt lookup (ngram).
+Jobs of a multirun that share a spec (different datasets, seeds, limits, temperatures,
+concurrency) reuse one engine; :func:`get` with another spec shuts the live engine down
+first, so only one exists and its memory returns. Seeds are per request
+(``SamplingParams.seed``), so they are not part of the spec. :func:`clear` shuts down the
+live engine (tests call it).
 """
 
 from __future__ import annotations
@@ -26,26 +27,36 @@ WARMUP_TOKENS = 8
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """Everything that determines an engine: models, K and the engine settings."""
+    """Everything that determines an engine: models, K, the speculator and the engine settings."""
 
     target: str
-    draft: str | None  # None when k == 0: no draft model is loaded
+    draft: str | None  # None when k == 0 or the method needs no model: no draft is loaded
     k: int
     settings: tuple[tuple[str, Any], ...]  # the ``engine`` config group, sorted
+    method: str | None = None  # vLLM speculative method (draft_model | ngram); None at k == 0
+    method_options: tuple[tuple[str, Any], ...] = ()  # ngram: prompt lookup sizes
 
     @classmethod
     def from_config(cls, cfg: Any) -> EngineSpec:
         """The spec of a composed job config (model paths resolved to absolute paths)."""
         from omegaconf import OmegaConf
 
-        k = cfg.spec.k
-        draft = cfg.models.drafts[cfg.variant.draft] if k > 0 else None
+        k, method = cfg.spec.k, cfg.variant.method
+        draft = cfg.models.drafts[cfg.variant.draft] if k > 0 and cfg.variant.draft else None
+        options = {}
+        if k > 0 and method == "ngram":
+            options = {
+                "prompt_lookup_max": cfg.spec.prompt_lookup_max,
+                "prompt_lookup_min": cfg.spec.prompt_lookup_min,
+            }
         settings = OmegaConf.to_container(cfg.engine, resolve=True)
         return cls(
             target=resolve_model(cfg.models.targets[cfg.variant.target]),
             draft=resolve_model(draft) if draft else None,
             k=k,
             settings=tuple(sorted(settings.items())),
+            method=method if k > 0 else None,
+            method_options=tuple(sorted(options.items())),
         )
 
     @classmethod
@@ -69,11 +80,13 @@ class EngineSpec:
         }
         if self.k > 0:
             spec: dict[str, Any] = {
-                "method": "draft_model",
-                "model": self.draft,
+                "method": self.method or "draft_model",
                 "num_speculative_tokens": self.k,
+                **dict(self.method_options),
             }
-            if s.get("draft_tensor_parallel_size") is not None:
+            if self.draft is not None:
+                spec["model"] = self.draft
+            if self.draft is not None and s.get("draft_tensor_parallel_size") is not None:
                 spec["draft_tensor_parallel_size"] = s["draft_tensor_parallel_size"]
             kwargs["speculative_config"] = spec
             kwargs["per_request_spec_decode_metrics"] = SPEC_METRICS_LEVEL

@@ -58,6 +58,13 @@ class PreparedJob:
         )
 
 
+def speculator(cfg: Any) -> str | None:
+    """The ``draft`` column: the draft model, the model-free method's name (ngram), or None at k = 0."""
+    if cfg.spec.k == 0:
+        return None
+    return cfg.models.drafts[cfg.variant.draft] if cfg.variant.draft else cfg.variant.method
+
+
 def job_info(cfg: Any) -> JobInfo:
     """The identifying columns of a composed job config."""
     return JobInfo(
@@ -66,7 +73,7 @@ def job_info(cfg: Any) -> JobInfo:
         experiment=cfg.experiment,
         variant=cfg.variant.name,
         target=cfg.models.targets[cfg.variant.target],
-        draft=cfg.models.drafts[cfg.variant.draft] if cfg.spec.k > 0 else None,
+        draft=speculator(cfg),
         k=cfg.spec.k,
         dataset=cfg.dataset.name,
         difficulty=cfg.dataset.difficulty,
@@ -88,7 +95,7 @@ def prepare(cfg: Any) -> PreparedJob:
     validate(cfg)
     info = job_info(cfg)
     check_model_dir(f"models.targets.{cfg.variant.target}", info.target)
-    if info.draft is not None:
+    if cfg.spec.k > 0 and cfg.variant.draft is not None:
         check_model_dir(f"models.drafts.{cfg.variant.draft}", info.draft)
     spec = EngineSpec.from_config(cfg)
     if spec.draft is not None:

@@ -3,9 +3,10 @@
 The Hydra plugin (``hydra_plugins/draftbench_sweeper``) expands the grid like Hydra's
 BasicSweeper, composes every combination and hands them to :func:`plan`, which
 
-- drops combinations with ``spec.k > 0`` for a variant without a draft;
-- drops ``k = 0`` jobs of a variant with a draft when the sweep also has the draftless
-  variant of the same target and prompt style (the same baseline twice);
+- drops combinations with ``spec.k > 0`` for a variant without a speculator (a draft
+  model or a model-free method such as ngram);
+- drops ``k = 0`` jobs of a variant with a speculator when the sweep also has the
+  speculator-less variant of the same target and prompt style (the same baseline twice);
 - orders jobs so each engine spec's jobs are consecutive (one engine launch per spec),
   the k = 0 specs first (their outputs are the losslessness reference), and the
   dataset varies fastest within a spec.
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.config import ConfigError, validate
+from harness.config import ConfigError, has_speculator, validate
 from harness.engine import EngineSpec
 from harness.results import config_hash, job_name, resolved_config
 
@@ -40,8 +41,8 @@ class Plan:
         return (
             f"sweep: running {len(self.jobs)} of {len(self.jobs) + dropped} combinations; dropped "
             f"{self.no_draft} with spec.k>0 for a variant without a draft and "
-            f"{self.duplicate_baselines} k=0 runs of *_sd variants that repeat their draftless "
-            "variant's baseline"
+            f"{self.duplicate_baselines} k=0 runs of *_sd / *_ngram variants that repeat their "
+            "draftless variant's baseline"
         )
 
 
@@ -75,18 +76,18 @@ def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
         ConfigError: a kept combination has another bad value, or two kept combinations
             differ only in keys the job name leaves out (they would share a directory).
     """
-    runnable = [(list(o), c) for o, c in jobs if c.spec.k == 0 or c.variant.draft is not None]
+    runnable = [(list(o), c) for o, c in jobs if c.spec.k == 0 or has_speculator(c.variant)]
     for _, cfg in runnable:
         validate(cfg)
     draftless = {
-        _baseline_identity(c) for _, c in runnable if c.spec.k == 0 and c.variant.draft is None
+        _baseline_identity(c)
+        for _, c in runnable
+        if c.spec.k == 0 and not has_speculator(c.variant)
     }
     kept = [
         (o, c)
         for o, c in runnable
-        if not (
-            c.spec.k == 0 and c.variant.draft is not None and _baseline_identity(c) in draftless
-        )
+        if not (c.spec.k == 0 and has_speculator(c.variant) and _baseline_identity(c) in draftless)
     ]
 
     _check_unique_names(kept)

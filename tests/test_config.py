@@ -21,11 +21,13 @@ def test_every_option_of_every_group_composes(group):
 @pytest.mark.parametrize(
     "experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 )
-def test_every_experiment_composes_and_names_all_roles(experiment):
-    cfg = compose_config([f"experiment={experiment}"])
+def test_every_experiment_composes_and_its_grid_names_its_models(experiment):
+    cfg = compose_config([f"experiment={experiment}"], return_hydra_config=True)
     assert cfg.experiment == experiment
-    assert set(cfg.models.targets) == {"base", "cot", "cod"}
-    assert set(cfg.models.drafts) >= {"cot", "cod"}
+    assert "base" in cfg.models.targets
+    grid = OmegaConf.select(cfg, "hydra.sweeper.params.variant", default="base,cot,cod")
+    for variant in grid.split(","):
+        validate(compose_config([f"experiment={experiment}", f"variant={variant}"]))
 
 
 @pytest.mark.parametrize("variant", ["base", "cot", "cod"])
@@ -38,6 +40,9 @@ def test_default_variants_validate_at_k0(variant):
     [
         (["spec.k=-1"], "spec.k=-1: must be >= 0"),
         (["variant=cot", "spec.k=3"], "spec.k=3: variant cot has no draft model"),
+        (["variant=cot_sd", "variant.method=ngram"], "variant.draft=cot: method ngram loads no"),
+        (["variant=base_cot_ngram", "variant.method=eagle"], "variant.method=eagle: must be one"),
+        (["variant=base_cot_ngram", "spec.prompt_lookup_min=5"], "spec.prompt_lookup_min=5"),
         (["limit=0"], "limit=0: must be > 0"),
         (["concurrency=0"], "concurrency=0: must be >= 1"),
         (["variant.prompt_style=verbose"], "variant.prompt_style=verbose: must be one of"),

@@ -67,3 +67,28 @@ def test_nothing_dropped_means_no_note():
 def test_jobs_that_would_share_a_results_directory_are_refused():
     with pytest.raises(ConfigError, match="would both write cot-synth_easy-k0-c1-s0-t0-n30"):
         plan(_grid(variant="cot", max_tokens="64,128"))
+
+
+def test_ngram_variants_speculate_without_a_draft_and_share_their_twins_baseline():
+    planned = plan(_grid(experiment="smollm2", variant="base_cot,base_cot_ngram", spec__k="0,3"))
+    kept = [(_axis(o, "variant"), _axis(o, "spec.k")) for o in planned.jobs]
+    assert kept == [("base_cot", "0"), ("base_cot_ngram", "3")]
+    assert (planned.no_draft, planned.duplicate_baselines) == (1, 1)
+
+
+def test_an_ngram_engine_loads_no_model_and_passes_the_lookup_sizes():
+    cfg = compose_config(
+        ["experiment=smollm2", "variant=base_cod_ngram", "spec.k=3", "spec.prompt_lookup_max=5"]
+    )
+    spec = EngineSpec.from_config(cfg)
+    assert spec.draft is None
+    assert spec.llm_kwargs()["speculative_config"] == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_max": 5,
+        "prompt_lookup_min": 2,
+    }
+    baseline = compose_config(["experiment=smollm2", "variant=base_cod_ngram", "spec.k=0"])
+    assert EngineSpec.from_config(baseline) == EngineSpec.from_config(
+        compose_config(["experiment=smollm2", "variant=base_cod"])
+    )
