@@ -72,9 +72,12 @@ data: install ## build CoT/CoD training sets (experiment=tiny: synthetic teacher
 data-report: install models ## figures + markdown on the training sets
 	$(PY) -m train.data_report experiment=$(EXPERIMENT) $(ARGS)
 
-sweep: install models ## run the default multirun sweep (override with ARGS="..."), then the report
+# ARGS="... plan=true" only prints the plan: no models are built and no report is made.
+PLAN := $(filter plan=true,$(ARGS))
+
+sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override with ARGS="..."), then the report
 	$(PY) -m harness -m $(ARGS)
-	$(MAKE) --no-print-directory report
+	$(if $(PLAN),,$(MAKE) --no-print-directory report)
 
 report: install ## figures + REPORT.md from every stored run
 	$(PY) -m reports $(REPORT_ARGS)

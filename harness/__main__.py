@@ -4,6 +4,7 @@
     python -m harness -m                       # the experiment's grid (hydra.sweeper.params)
     python -m harness -m spec.k=1,3,5 dataset=gsm8k variant=cot_sd
     python -m harness ... force=true           # re-run jobs whose results exist
+    python -m harness -m ... plan=true         # print engines, LLM arguments, jobs, memory
 
 The ``engine`` group defaults to ``cpu``; when no ``engine=`` override is given and a
 CUDA GPU is visible, ``engine=cuda`` is appended to the overrides.
@@ -39,6 +40,14 @@ def main(cfg: DictConfig) -> str:
     from harness.job import run_or_record_failure
 
     hydra_cfg = HydraConfig.get()
+    if cfg.plan and hydra_cfg.mode != RunMode.MULTIRUN:
+        from harness.plan import show
+        from harness.sweeper import plan
+
+        job = list(hydra_cfg.overrides.task)
+        with exit_on_bad_input():
+            show(plan([(job, cfg)]), {tuple(job): cfg})
+        return "planned"
     hydra_dir = Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir
     with exit_on_bad_input():
         return run_or_record_failure(cfg, hydra_dir, keep_going=hydra_cfg.mode == RunMode.MULTIRUN)

@@ -52,12 +52,47 @@ def load_tokenizer(name: str) -> Any:
         ) from None
 
 
-def config_vocab_size(name: str) -> int | None:
-    """Rows of a local model's embedding matrix (its config.json), None for a hub id."""
-    path = Path(name) / "config.json"
+def model_config(name: str) -> dict[str, Any] | None:
+    """A model's config.json: from its directory, or for a hub id from the local Hugging
+    Face cache (offline); None when neither has it."""
+    path = Path(name).expanduser() / "config.json"
+    if not path.is_file() and not looks_local(name):
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")
+        path = Path(cached) if isinstance(cached, str) else path
     if not path.is_file():
         return None
-    return json.loads(path.read_text()).get("vocab_size")
+    try:
+        return json.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}: {exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+
+
+def config_vocab_size(name: str) -> int | None:
+    """Rows of a model's embedding matrix (its config.json); None when it is not on disk."""
+    config = model_config(name)
+    return None if config is None else config.get("vocab_size")
+
+
+def check_vocab_sizes(target: str, draft: str) -> str | None:
+    """Equal embedding sizes (vLLM refuses a draft model whose vocab_size differs).
+
+    Returns a note when a config.json is neither local nor cached (the check is skipped).
+    """
+    t_size, d_size = config_vocab_size(target), config_vocab_size(draft)
+    if t_size is None or d_size is None:
+        missing = target if t_size is None else draft
+        return f"vocab check skipped: no local or cached config.json for {missing}"
+    if t_size != d_size:
+        raise ConfigError(
+            f"draft={draft}: vocab_size {d_size} differs from target {target}'s {t_size}; "
+            f"vLLM needs equal embedding sizes: pad the draft's embeddings to {t_size} rows "
+            "(the training pipeline pads the drafts it trains)"
+        )
+    return None
 
 
 def check_same_vocab(target: str, draft: str) -> None:
@@ -69,12 +104,9 @@ def check_same_vocab(target: str, draft: str) -> None:
             f"draft={draft}: its tokenizer differs from target {target}'s "
             f"({len(d_vocab)} vs {len(t_vocab)} tokens, {differ} entries differ)"
         )
-    t_size, d_size = config_vocab_size(target), config_vocab_size(draft)
-    if t_size != d_size:
-        raise ConfigError(
-            f"draft={draft}: vocab_size {d_size} differs from target {target}'s {t_size}; "
-            "vLLM needs equal embedding sizes"
-        )
+    note = check_vocab_sizes(target, draft)
+    if note:
+        print(note, file=sys.stderr)
 
 
 def check_prompt_lengths(

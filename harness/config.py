@@ -79,6 +79,7 @@ class EngineConfig:
     cpu_kvcache_space_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE on CPU
     max_num_seqs: int = 256
     enable_prefix_caching: bool = False
+    gpu_memory_gb: float | None = None  # one GPU's memory, for the memory pre-flight
 
 
 @dataclass
@@ -110,6 +111,7 @@ class Config:
     datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     sweep: str = "${experiment}"
     force: bool = False
+    plan: bool = False  # print the sweep's engines, jobs and memory; start nothing
 
 
 def _file_in(directory: str | None, name: str) -> str | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness import metrics
+from harness import memory, metrics
 from harness.checks import (
     check_model_dir,
     check_prompt_lengths,
@@ -88,8 +88,9 @@ def prepare(cfg: Any) -> PreparedJob:
     """Validate, check models and tokenizers, load problems and render prompts.
 
     Raises:
-        ConfigError: a bad value, a missing model directory, draft and target
-            tokenizers that differ, or a prompt that does not fit max_model_len.
+        ConfigError: a bad value, a missing model directory, an engine that cannot fit
+            its GPU (``harness.memory``), draft and target tokenizers that differ, or a
+            prompt that does not fit max_model_len.
         DatasetError: problems that cannot be loaded.
     """
     validate(cfg)
@@ -98,6 +99,7 @@ def prepare(cfg: Any) -> PreparedJob:
     if cfg.spec.k > 0 and cfg.variant.draft is not None:
         check_model_dir(f"models.drafts.{cfg.variant.draft}", info.draft)
     spec = EngineSpec.from_config(cfg)
+    memory.preflight(spec, cfg.concurrency)
     if spec.draft is not None:
         check_same_vocab(spec.target, spec.draft)
     tokenizer = load_tokenizer(spec.target)

@@ -4,7 +4,8 @@ Hydra only instantiates plugins that live in the ``hydra_plugins`` namespace pac
 the planning logic is :func:`harness.sweeper.plan`. Selected by
 ``conf/hydra/sweeper/draftbench.yaml``. Every kept job is checked (models, tokenizers,
 prompt lengths) before the first one starts; bad input prints ``error: <message>`` and
-exits with status 2. When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
+exits with status 2. With ``plan=true`` the plan is printed (``harness.plan``) and no job
+runs. When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ class DraftbenchSweeper(BasicSweeper):
             planned = plan(composed)
             if planned.note():
                 print(planned.note())
+            if composed and composed[0][1].plan:
+                from harness.plan import show
+
+                show(planned, configs)
+                return []
             for job in planned.jobs:
                 cfg = configs[tuple(job)]
                 done = results.sweep_dir(cfg) / results.job_name(cfg)

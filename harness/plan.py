@@ -1,0 +1,103 @@
+"""Plan mode (``plan=true``): print what a sweep would run, start nothing.
+
+For each engine spec in launch order: the exact ``vllm.LLM`` keyword arguments
+(:meth:`harness.engine.EngineSpec.llm_kwargs`), the memory pre-flight
+(:mod:`harness.memory`), the vocab pre-flight, then its jobs with requests and maximum
+output tokens; totals last. Needs no GPU, no hub and no built models: problems are
+counted when their files are local, otherwise the job's limit (or "all") is shown.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness import memory
+from harness.checks import check_vocab_sizes, looks_local
+from harness.datasets import load_problems
+from harness.engine import EngineSpec
+from harness.results import job_name
+from harness.sweeper import Plan
+
+
+def requests_of(cfg: Any) -> tuple[int | None, bool]:
+    """A job's requests and whether they were counted: problems are loaded when they need no
+    hub, else the job's limit is returned (None = all).
+
+    Raises:
+        DatasetError: a local dataset file is missing or malformed.
+    """
+    if cfg.dataset.source != "synth" and cfg.dataset.path is None:
+        return cfg.limit, False
+    return len(load_problems(cfg.dataset, cfg.limit)), True
+
+
+def _bases(cfg: Any) -> tuple[str | None, str | None]:
+    """The base target and draft: the architecture of trained models not built yet."""
+    return cfg.models.targets.get("base"), cfg.models.drafts.get("base")
+
+
+def _missing(spec: EngineSpec) -> list[str]:
+    return [m for m in (spec.target, spec.draft) if m and looks_local(m) and not Path(m).is_dir()]
+
+
+def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
+    """The engine block: LLM arguments, environment, memory and vocab pre-flights.
+
+    Raises:
+        ConfigError: the engine cannot fit its GPU, or draft and target vocab sizes differ.
+    """
+    lines = ["  vllm.LLM("]
+    lines += [f"      {key}={value!r}," for key, value in spec.llm_kwargs().items()]
+    lines.append("  )")
+    lines += [f"  env {key}={value}" for key, value in spec.env().items()]
+    lines += [f"  note: {m} does not exist yet (build it before the sweep)" for m in _missing(spec)]
+    concurrency = max(c.concurrency for c in cfgs)
+    est = memory.preflight(spec, concurrency, _bases(cfgs[0]))
+    if isinstance(est, str):
+        lines.append(f"  {est}")
+    else:
+        lines.append(f"  memory at concurrency {concurrency}: {est.line()}")
+        lines.append(f"    from {est.basis}")
+    if spec.draft is not None:
+        lines.append(f"  {check_vocab_sizes(spec.target, spec.draft) or 'vocab sizes match'}")
+    return lines
+
+
+def show(planned: Plan, configs: Mapping[tuple[str, ...], Any], out: Callable = print) -> None:
+    """Print the plan of a sweep (``configs``: the composed config of each planned job).
+
+    Nothing is printed when a job cannot run as configured.
+
+    Raises:
+        ConfigError, DatasetError: a job cannot run as configured.
+    """
+    cfgs = [configs[tuple(job)] for job in planned.jobs]
+    blocks = [
+        (spec, list(group)) for spec, group in itertools.groupby(cfgs, key=EngineSpec.from_config)
+    ]
+    known, unknown, max_output = 0, 0, 0
+    lines = [f"plan: {len(cfgs)} job(s) on {len(blocks)} engine(s) in launch order; none started"]
+    for number, (spec, group) in enumerate(blocks, start=1):
+        draft = f" + draft {spec.draft}, K={spec.k}" if spec.draft else f", K={spec.k}"
+        lines.append(f"\nengine {number}/{len(blocks)}: {spec.target}{draft}")
+        lines += spec_lines(spec, group)
+        lines.append(f"  jobs ({len(group)}):")
+        for cfg in group:
+            n, counted = requests_of(cfg)
+            if counted:
+                known += n
+                max_output += n * cfg.max_tokens
+                shown = str(n)
+            else:
+                unknown += 1
+                shown = f"{'all' if n is None else f'limit {n}'} (hub dataset, not loaded)"
+            lines.append(f"    {job_name(cfg)}: requests {shown}, max_tokens {cfg.max_tokens}")
+    hub = f" (+ {unknown} jobs on hub datasets, not counted)" if unknown else ""
+    lines.append(
+        f"\ntotals: {len(cfgs)} job(s), {len(blocks)} engine launch(es), {known:,} requests, "
+        f"<= {max_output:,} output tokens{hub}"
+    )
+    out("\n".join(lines))

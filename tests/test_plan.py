@@ -1,0 +1,135 @@
+"""Plan mode and the CUDA engine arguments, checked without a GPU, a hub or built models."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from test_datasets import GSM8K_ROWS, MATH_ROWS, write_jsonl
+from test_memory import DRAFT, QWEN_05B, QWEN_14B, TARGET, cache_config
+
+from harness.config import compose_config
+from harness.engine import EngineSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDY = ["experiment=qwen2.5", "variant=cot_sd", "spec.k=3"]
+# Runs the entry point as `python -m harness` does, with CUDA detection faked (80 GB GPU).
+FAKE_GPU = (
+    "import runpy, sys, types, torch; "
+    "torch.cuda.is_available = lambda: True; "
+    "torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(total_memory=80e9); "
+    "sys.argv = ['harness', *sys.argv[1:]]; "
+    "runpy.run_module('harness', run_name='__main__', alter_sys=True)"
+)
+
+
+def harness(tmp_path, *args: str, gpu: bool = False) -> subprocess.CompletedProcess:
+    """``python -m harness <args> results_dir=<tmp>`` offline, with an empty hub cache."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    entry = ["-c", FAKE_GPU] if gpu else ["-m", "harness"]
+    return subprocess.run(
+        [sys.executable, *entry, *args, f"results_dir={tmp_path / 'results'}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_cuda_engine_arguments():
+    kwargs = EngineSpec.from_config(compose_config([*STUDY, "engine=cuda"])).llm_kwargs()
+    assert kwargs["dtype"] == "bfloat16"
+    assert kwargs["enforce_eager"] is False  # CUDA graphs on
+    assert kwargs["tensor_parallel_size"] == 1
+    assert kwargs["gpu_memory_utilization"] == 0.9
+    assert kwargs["max_model_len"] == 4096
+    assert kwargs["speculative_config"] == {
+        "method": "draft_model",
+        "model": str(ROOT / "models/qwen2.5/draft_cot"),
+        "num_speculative_tokens": 3,
+    }
+    assert "gpu_memory_gb" not in kwargs  # the pre-flight's, not vLLM's
+
+
+def test_cuda_tp2_engine_arguments():
+    kwargs = EngineSpec.from_config(compose_config([*STUDY, "engine=cuda_tp2"])).llm_kwargs()
+    assert (kwargs["dtype"], kwargs["enforce_eager"]) == ("bfloat16", False)
+    assert kwargs["tensor_parallel_size"] == 2
+    assert kwargs["speculative_config"]["draft_tensor_parallel_size"] == 1
+    assert (kwargs["gpu_memory_utilization"], kwargs["max_model_len"]) == (0.9, 4096)
+
+
+def test_a_visible_gpu_switches_the_entry_point_to_engine_cuda(tmp_path):
+    run = harness(tmp_path, f"models.targets.base={TARGET}", "plan=true", gpu=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "plan: 1 job(s) on 1 engine(s)" in run.stdout  # a single run plans too
+    assert "dtype='bfloat16'" in run.stdout and "enforce_eager=False" in run.stdout
+    assert "0.9 x the visible GPU's 80 GB" in run.stdout
+
+
+def test_plan_of_the_study_prints_engines_memory_and_totals_and_starts_nothing(tmp_path):
+    datasets = "dataset=gsm8k,math_algebra_l12,math_intalg_l34"
+    run = harness(tmp_path, "-m", "experiment=qwen2.5", datasets, "plan=true")
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = run.stdout
+    assert "plan: 3 job(s) on 1 engine(s)" in out
+    assert "model='Qwen/Qwen2.5-14B-Instruct'" in out and "max_model_len=4096" in out
+    assert re.search(r"weights 29\.5 .* GB per GPU, 72\.0 GB usable", out)
+    assert out.count("requests all (hub dataset, not loaded), max_tokens 1024") == 3
+    assert "totals: 3 job(s), 1 engine launch(es)" in out
+    assert not (tmp_path / "results" / "qwen2.5" / "base-gsm8k-k0-c1-s0-t0-nall").exists()
+
+
+def test_plan_that_cannot_fit_exits_2_with_one_line(tmp_path):
+    args = ["engine.max_model_len=131072", "concurrency=256", "plan=true"]
+    run = harness(tmp_path, "-m", "experiment=qwen2.5", *args)
+    assert run.returncode == 2
+    assert run.stdout == ""
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("error: engine.max_model_len=131072, concurrency=256: needs ~")
+
+
+def test_stock_draft_with_the_14b_target_is_refused_when_their_configs_are_cached(tmp_path):
+    cache_config(tmp_path / "hub", TARGET, QWEN_14B)
+    cache_config(tmp_path / "hub", DRAFT, QWEN_05B)
+    stock = [f"models.targets.cot={TARGET}", f"models.drafts.cot={DRAFT}", "plan=true"]
+    run = harness(tmp_path, *STUDY, *stock)
+    assert run.returncode == 2
+    (line,) = run.stderr.strip().splitlines()
+    assert "vocab_size 151936 differs" in line and "pad the draft's embeddings to 152064" in line
+
+
+def runbook_commands() -> list[list[str]]:
+    """The harness arguments of every docs/RUNBOOK.md command that runs ``python -m harness``."""
+    text = (ROOT / "docs" / "RUNBOOK.md").read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for command in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(command, comments=True)
+            if words[:2] == ["make", "sweep"]:
+                args = next(w.split("=", 1)[1] for w in words if w.startswith("ARGS="))
+                commands.append(["-m", *shlex.split(args)])
+            elif "harness" in words and words[words.index("harness") - 1] == "-m":
+                commands.append(words[words.index("harness") + 1 :])
+    return commands
+
+
+def test_runbook_commands_plan_cleanly(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "gsm8k_test.jsonl", GSM8K_ROWS)
+    write_jsonl(data / "math_algebra_l1-2_test.jsonl", MATH_ROWS)
+    hard = [{**row, "type": "Intermediate Algebra", "level": "Level 3"} for row in MATH_ROWS]
+    write_jsonl(data / "math_intermediate_algebra_l3-4_test.jsonl", hard)
+    commands = runbook_commands()
+    assert any(c[0] == "-m" and "experiment=qwen2.5" in c for c in commands)  # the sweep
+    for args in commands:
+        args = [a.replace("=DATA", f"={data}") for a in args if a != "plan=true"]
+        run = harness(tmp_path, *args, "plan=true")
+        assert run.returncode == 0, f"{shlex.join(args)}: {run.stderr[-2000:]}"
+        assert "totals:" in run.stdout
