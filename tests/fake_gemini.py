@@ -7,13 +7,19 @@ Serves the real ``google-genai`` client on 127.0.0.1 (stdlib ``ThreadingHTTPServ
   ``X-Goog-Upload-Command: upload[, finalize]`` and ``X-Goog-Upload-Offset``; the
   final chunk gets ``X-Goog-Upload-Status: final`` and the File resource;
 - ``POST /<version>/models/<model>:batchGenerateContent`` creates a job from an
-  uploaded JSONL file, ``GET /<version>/batches/<id>`` reports it,
-  ``POST /<version>/batches/<id>:cancel`` cancels it;
-- ``GET /<version>/files/<id>:download`` returns a results file.
+  uploaded JSONL file, ``GET /<version>/batches/<id>`` reports it, ``GET
+  /<version>/batches`` lists them, ``POST /<version>/batches/<id>:cancel`` cancels a
+  running one (a finished one answers 400, as the real service does);
+- ``GET /<version>/files/<id>:download`` returns a results file, ``DELETE
+  /<version>/files/<id>`` deletes an upload.
 
 Any API version prefix is accepted. Each request line is answered by ``answer(key,
 request)``; results are written in reverse order so callers must join on ``key``.
-Scenario knobs make jobs fail, hold them running, or break chosen lines.
+Scenario knobs give the real service's bad days: jobs that end FAILED (with an error
+only in the raw operation, which the SDK drops), EXPIRED, or CANCELLED with partial
+results; results files missing lines, with garbage lines, error lines or extra fields;
+a 503 after a job was created, a 429 when the queued tokens exceed a quota, a 503 on
+download; and jobs held running.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from urllib.parse import parse_qs, urlparse
 
 API_KEY = "fake-test-key-0123456789"
 _VERSIONED = re.compile(r"^/(upload/)?(v[0-9a-z]+)/(.+)$")
+_ACTIVE = ("BATCH_STATE_PENDING", "BATCH_STATE_RUNNING")
 
 
 @dataclass
@@ -39,6 +46,7 @@ class Job:
     keys: list[str]
     requests: list[dict[str, Any]]
     state: str = "BATCH_STATE_PENDING"
+    display_name: str = ""
     polls: int = 0
     output: str | None = None
 
@@ -48,7 +56,16 @@ class FakeGemini:
     """The fake service's state, scenario knobs and a log of what the client did."""
 
     answer: Callable[[str, dict[str, Any]], str]
-    fail_jobs: set[int] = field(default_factory=set)  # 1-based job numbers that end FAILED
+    fail_jobs: dict[int, str] = field(default_factory=dict)  # 1-based job number -> error
+    expire_jobs: set[int] = field(default_factory=set)  # 1-based job numbers that end EXPIRED
+    partial_on_cancel: int = 0  # lines a cancelled job's results file holds
+    missing_keys: dict[str, int] = field(
+        default_factory=dict
+    )  # key -> attempts left out of a SUCCEEDED job's results
+    extra_fields: bool = False  # result lines and responses carry fields the client ignores
+    create_503: int = 0  # creates that make the job, then answer 503
+    quota_tokens: int | None = None  # queued tokens (chars / 4) of active jobs, else 429
+    download_503: int = 0  # downloads answered 503 first
     error_keys: dict[str, int] = field(
         default_factory=dict
     )  # key -> attempts answered with an error line
@@ -58,6 +75,7 @@ class FakeGemini:
     hold: bool = False  # jobs stay RUNNING while set
     polls_to_finish: int = 1  # RUNNING for this many polls first
     uploads: dict[str, bytes] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
     upload_mime_types: list[str] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)  # "METHOD path" per API call
@@ -75,6 +93,9 @@ class FakeGemini:
 
             def do_POST(self) -> None:
                 fake._handle(self, "POST")
+
+            def do_DELETE(self) -> None:
+                fake._handle(self, "DELETE")
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -120,12 +141,18 @@ class FakeGemini:
                 return self._upload_start(h, version)
             if method == "POST" and rest.endswith(":batchGenerateContent"):
                 return self._create(h, rest.removesuffix(":batchGenerateContent"), json.loads(body))
+            if method == "GET" and rest == "batches":
+                return _json(h, 200, {"operations": [self._operation(j) for j in self.jobs]})
             if method == "GET" and rest.startswith("batches/"):
                 return self._get(h, rest)
             if method == "POST" and rest.startswith("batches/") and rest.endswith(":cancel"):
                 return self._cancel(h, rest.removesuffix(":cancel"))
             if method == "GET" and rest.startswith("files/") and rest.endswith(":download"):
                 return self._download(h, rest.removesuffix(":download"))
+            if method == "DELETE" and rest.startswith("files/"):
+                del self.uploads[rest]
+                self.deleted.append(rest)
+                return _json(h, 200, {})
             return _json(h, 404, {"error": {"code": 404, "message": f"no route {method} {rest}"}})
 
     # ------------------------------------------------------------------ files
@@ -165,60 +192,89 @@ class FakeGemini:
         job = next((j for j in self.jobs if j.output == name), None)
         if job is None:
             return _json(h, 404, {"error": {"code": 404, "message": f"no file {name}"}})
+        if self.download_503:
+            self.download_503 -= 1
+            return _json(h, 503, _status(503, "UNAVAILABLE", "try again"))
         _reply(h, 200, self._results(job), {"Content-Type": "application/octet-stream"})
 
     # ------------------------------------------------------------------ batches
 
     def _create(self, h: BaseHTTPRequestHandler, model: str, body: dict[str, Any]) -> None:
         file = body["batch"]["inputConfig"]["fileName"]
-        rows = [json.loads(line) for line in self.uploads[file].decode().splitlines()]
+        text = self.uploads[file].decode()
+        active = [j for j in self.jobs if j.state in _ACTIVE]
+        queued = sum(len(self.uploads.get(j.file, b"")) // 4 for j in active)
+        if self.quota_tokens is not None and queued + len(text) // 4 > self.quota_tokens:
+            message = "Enqueued token limit exceeded for this model"
+            return _json(h, 429, _status(429, "RESOURCE_EXHAUSTED", message))
+        rows = [json.loads(line) for line in text.split("\n") if line]
         job = Job(
             f"batches/b{len(self.jobs) + 1}",
             model,
             file,
             [r["key"] for r in rows],
             [r["request"] for r in rows],
+            display_name=body["batch"].get("displayName", ""),
         )
         self.jobs.append(job)
+        if self.create_503:
+            self.create_503 -= 1
+            return _json(h, 503, _status(503, "UNAVAILABLE", "the service is overloaded"))
         _json(h, 200, self._operation(job))
 
     def _get(self, h: BaseHTTPRequestHandler, name: str) -> None:
         job = next((j for j in self.jobs if j.name == name), None)
         if job is None:
             return _json(h, 404, {"error": {"code": 404, "message": f"no job {name}"}})
-        if job.state in ("BATCH_STATE_PENDING", "BATCH_STATE_RUNNING") and not self.hold:
+        if job.state in _ACTIVE and not self.hold:
             job.polls += 1
             job.state = "BATCH_STATE_RUNNING"
             if job.polls > self.polls_to_finish:
-                self._finish(job)
+                self.finish(job)
         _json(h, 200, self._operation(job))
 
     def _cancel(self, h: BaseHTTPRequestHandler, name: str) -> None:
         job = next(j for j in self.jobs if j.name == name)
+        if job.state not in _ACTIVE:
+            message = f"Batch {name} is already in a terminal state {job.state}"
+            return _json(h, 400, _status(400, "FAILED_PRECONDITION", message))
         job.state = "BATCH_STATE_CANCELLED"
+        if self.partial_on_cancel:
+            job.output = f"files/batch-{job.name.removeprefix('batches/')}"
         _json(h, 200, {})
 
-    def _finish(self, job: Job) -> None:
+    def finish(self, job: Job) -> None:
+        """End ``job`` as its scenario says (FAILED, EXPIRED or SUCCEEDED)."""
         number = int(job.name.removeprefix("batches/b"))
         if number in self.fail_jobs:
             job.state = "BATCH_STATE_FAILED"
-            return
-        job.state = "BATCH_STATE_SUCCEEDED"
-        job.output = f"files/batch-b{number}"
+        elif number in self.expire_jobs:
+            job.state = "BATCH_STATE_EXPIRED"
+        else:
+            job.state = "BATCH_STATE_SUCCEEDED"
+            job.output = f"files/batch-b{number}"
 
     def _results(self, job: Job) -> bytes:
         lines = []
-        for key, request in zip(job.keys, job.requests, strict=True):
+        pairs = list(zip(job.keys, job.requests, strict=True))
+        if job.state == "BATCH_STATE_CANCELLED":
+            pairs = pairs[: self.partial_on_cancel]
+        for key, request in pairs:
             attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
+            if attempt <= self.missing_keys.get(key, 0):
+                continue
             if attempt <= self.malformed_keys.get(key, 0):
                 lines.append('{"key": "' + key + '", "response": {"candidates": [')
             elif attempt <= self.error_keys.get(key, 0):
                 error = {"code": 500, "message": "internal error", "status": "INTERNAL"}
                 lines.append(json.dumps({"key": key, "error": error}))
             else:
-                lines.append(
-                    json.dumps({"key": key, "response": _response(self.answer(key, request))})
-                )
+                row = {"key": key, "response": _response(self.answer(key, request))}
+                if self.extra_fields:
+                    row["response"] |= {"modelVersion": job.model, "responseId": f"r-{key}"}
+                    row["response"]["usageMetadata"]["thoughtsTokenCount"] = 7
+                    row["metadata"] = {"attempt": attempt}
+                lines.append(json.dumps(row, ensure_ascii=False))
         return "\n".join(reversed(lines)).encode() + b"\n"
 
     def _operation(self, job: Job) -> dict[str, Any]:
@@ -226,12 +282,21 @@ class FakeGemini:
             "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
             "name": job.name,
             "model": job.model,
+            "displayName": job.display_name,
             "state": job.state,
+            "batchStats": {"requestCount": str(len(job.keys))},
         }
         if job.output:
             metadata["output"] = {"responsesFile": job.output}
-        done = job.state not in ("BATCH_STATE_PENDING", "BATCH_STATE_RUNNING")
-        return {"name": job.name, "metadata": metadata, "done": done}
+        operation = {"name": job.name, "metadata": metadata, "done": job.state not in _ACTIVE}
+        number = int(job.name.removeprefix("batches/b"))
+        if job.state == "BATCH_STATE_FAILED":
+            operation["error"] = {"code": 3, "message": self.fail_jobs[number]}
+        return operation
+
+
+def _status(code: int, status: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "status": status}}
 
 
 def _response(text: str) -> dict[str, Any]:

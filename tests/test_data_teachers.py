@@ -92,6 +92,7 @@ def test_vllm_teacher_runs_the_pipeline_on_a_tiny_random_model(tmp_path):
         "teacher=vllm",
         f"vllm.model={target}",
         "vllm.max_tokens=12",
+        "min_kept_share=0",  # a random model keeps nothing; count the drops instead of failing
         "~datasets.medium",
         "~datasets.hard",
         "datasets.easy.train.size=4",

@@ -1,4 +1,7 @@
-"""The Gemini Batch API teacher, run with the real google-genai client against a local fake."""
+"""The Gemini Batch API teacher, run with the real google-genai client against a local fake.
+
+Each of the real service's bad days (``tests/fake_gemini.py``) has a test here.
+"""
 
 import json
 import logging
@@ -6,15 +9,14 @@ import logging
 import pytest
 from fake_gemini import API_KEY, FakeGemini
 
+from train import data
+from train.data_config import GeminiConfig
 from train.teachers.base import TeacherRequest
 from train.teachers.gemini import (
     BatchRun,
     BatchWaitTimeout,
-    GeminiConfig,
     TeacherError,
-    cancel_jobs,
     estimate_cost,
-    main,
     parse_result_line,
     plan_jobs,
     reply_from_response,
@@ -37,6 +39,7 @@ def requests(keys=KEYS):
 def api_key(monkeypatch):
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     monkeypatch.setenv("GEMINI_API_KEY", API_KEY)
+    monkeypatch.setenv("GOOGLE_GENAI_USE_VERTEXAI", "true")  # must not switch the client
 
 
 def config(fake, **overrides):
@@ -90,7 +93,7 @@ def test_jobs_are_split_under_the_request_cap(api_key, tmp_path):
 
 
 def test_failed_job_is_resubmitted_with_only_its_missing_keys(api_key, tmp_path):
-    with FakeGemini(answer, fail_jobs={1}) as fake:
+    with FakeGemini(answer, fail_jobs={1: "backend hiccup"}) as fake:
         replies = run_stage(fake, tmp_path, max_requests_per_job=3)
     assert fake.job_keys() == [["p0", "p1", "p2"], ["p3", "p4"], ["p0", "p1", "p2"]]
     assert all(r.text and r.text.endswith(r.key) for r in replies.values())
@@ -100,7 +103,8 @@ def test_failed_job_is_resubmitted_with_only_its_missing_keys(api_key, tmp_path)
         "JOB_STATE_SUCCEEDED",
         "JOB_STATE_SUCCEEDED",
     ]
-    assert "JOB_STATE_FAILED: no results file" in state["errors"]["p0"][0]
+    assert state["errors"]["p0"] == ["job batches/b1 JOB_STATE_FAILED: failed: backend hiccup"]
+    assert state["jobs"][0]["error"] == "backend hiccup"  # read from the raw operation
 
 
 def test_per_line_error_resubmits_that_key_alone(api_key, tmp_path):
@@ -151,19 +155,157 @@ def test_changed_request_is_resubmitted_and_unchanged_ones_reused(api_key, tmp_p
     assert replies["p4"].text.startswith("1. Read: a new question")
 
 
-def test_cancel_cli_stops_running_jobs_and_records_their_state(api_key, tmp_path, capsys):
+def cancel_cli(fake, state_path):
+    return data.main(["cancel", str(state_path), "experiment=tiny", f"gemini.base_url={fake.url}"])
+
+
+def test_cancel_cli_refreshes_states_and_skips_finished_jobs(api_key, tmp_path, capsys):
     state_path = tmp_path / "cot" / "state.json"
     with FakeGemini(answer, hold=True) as fake:
         with pytest.raises(BatchWaitTimeout):
-            run_stage(fake, tmp_path, wait_timeout_s=0.0)
-        assert (
-            main(["cancel", str(state_path), "experiment=tiny", f"gemini.base_url={fake.url}"]) == 0
-        )
-        assert fake.jobs[0].state == "BATCH_STATE_CANCELLED"
-        assert cancel_jobs(state_path, config(fake)) == []  # nothing left to cancel
-    assert capsys.readouterr().out.splitlines()[-1] == "cancelled batches/b1"
+            run_stage(fake, tmp_path, max_requests_per_job=3, wait_timeout_s=0.0)
+        fake.finish(fake.jobs[0])  # finished on the service; the checkpoint still says pending
+        assert cancel_cli(fake, state_path) == 0
+        assert [j.state for j in fake.jobs] == ["BATCH_STATE_SUCCEEDED", "BATCH_STATE_CANCELLED"]
+        assert cancel_cli(fake, state_path) == 0  # nothing left to cancel
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-4:] == [
+        "batches/b1: already JOB_STATE_SUCCEEDED",
+        "cancelled batches/b2",
+        "batches/b1: already JOB_STATE_SUCCEEDED",
+        "batches/b2: already JOB_STATE_CANCELLED",
+    ]
     state = json.loads(state_path.read_text())
-    assert state["jobs"][0]["state"] == "JOB_STATE_CANCELLED"
+    assert [j["state"] for j in state["jobs"]] == ["JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED"]
+
+
+def test_cancelled_job_partial_results_are_kept_and_the_rest_resubmitted(api_key, tmp_path):
+    with FakeGemini(answer, hold=True, partial_on_cancel=2) as fake:
+        with pytest.raises(BatchWaitTimeout):
+            run_stage(fake, tmp_path, wait_timeout_s=0.0)
+        assert cancel_cli(fake, tmp_path / "cot" / "state.json") == 0
+        fake.hold = False
+        replies = run_stage(fake, tmp_path)
+    assert fake.job_keys() == [KEYS, KEYS[2:]]
+    assert all(r.text.endswith(f"#### {k}") for k, r in replies.items())
+
+
+def test_cancel_cli_without_a_checkpoint_is_one_line(api_key, tmp_path, capsys):
+    assert data.main(["cancel", str(tmp_path / "nope.json")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: no checkpoint {tmp_path / 'nope.json'}"
+
+
+def test_repeated_job_failure_stops_with_its_reason_instead_of_rebilling(api_key, tmp_path):
+    reason = "thinking_budget 0 is not supported by this model"
+    failed_like = f"batches/b2 failed like an earlier .*{reason}"
+    with (
+        FakeGemini(answer, fail_jobs={1: reason, 2: reason}) as fake,
+        pytest.raises(TeacherError, match=failed_like),
+    ):
+        run_stage(fake, tmp_path, max_rounds=5)
+    assert len(fake.jobs) == 2
+
+
+def test_expired_job_is_resubmitted_without_using_a_round(api_key, tmp_path):
+    with FakeGemini(answer, expire_jobs={1}) as fake:
+        replies = run_stage(fake, tmp_path, max_rounds=1)
+    assert fake.job_keys() == [KEYS, KEYS]
+    assert all(r.finish_reason == "stop" for r in replies.values())
+
+
+def test_lines_missing_from_a_succeeded_job_are_resubmitted(api_key, tmp_path):
+    with FakeGemini(answer, missing_keys={"p4": 1}) as fake:
+        replies = run_stage(fake, tmp_path)
+    assert fake.job_keys() == [KEYS, ["p4"]]
+    assert replies["p4"].text.endswith("#### p4")
+    state = json.loads((tmp_path / "cot" / "state.json").read_text())
+    assert state["errors"]["p4"] == [
+        "job batches/b1 JOB_STATE_SUCCEEDED: missing from the results file"
+    ]
+
+
+def test_extra_fields_line_separators_and_thought_tokens(api_key, tmp_path):
+    def odd_answer(key, request):
+        return f"1. a\u2028b\u0085c\n#### {key}"  # separators splitlines() would cut at
+
+    with FakeGemini(odd_answer, extra_fields=True) as fake:
+        replies = run_stage(fake, tmp_path)
+    assert fake.job_keys() == [KEYS]  # nothing re-billed
+    assert replies["p0"].text == "1. a\u2028b\u0085c\n#### p0"
+    assert replies["p0"].output_tokens == len(replies["p0"].text.split()) + 7  # + thoughts
+    assert json.loads((tmp_path / "cot" / "state.json").read_text())["malformed_lines"] == 0
+
+
+def test_503_after_create_finds_the_job_instead_of_creating_a_second(api_key, tmp_path):
+    with FakeGemini(answer, create_503=1) as fake:
+        replies = run_stage(fake, tmp_path)
+    assert len(fake.jobs) == 1
+    assert fake.jobs[0].display_name.startswith("draftbench-cot-round1-job0-")
+    assert "GET /v1beta/batches" in fake.calls
+    assert all(r.finish_reason == "stop" for r in replies.values())
+
+
+def test_quota_429_is_one_teacher_error_and_the_upload_is_deleted(api_key, tmp_path):
+    with FakeGemini(answer, quota_tokens=150) as fake:
+        with pytest.raises(TeacherError, match="HTTP 429 RESOURCE_EXHAUSTED: Enqueued token limit"):
+            run_stage(fake, tmp_path, max_requests_per_job=3)
+        assert len(fake.jobs) == 1
+        assert fake.deleted == ["files/in2"]
+
+
+def test_queued_token_cap_submits_later_jobs_as_earlier_ones_finish(api_key, tmp_path):
+    with FakeGemini(answer, quota_tokens=150) as fake:
+        replies = run_stage(fake, tmp_path, max_requests_per_job=3, max_queued_tokens=120)
+        assert fake.job_keys() == [KEYS[:3], KEYS[3:]]
+        assert fake.deleted == []
+    assert all(r.finish_reason == "stop" for r in replies.values())
+
+
+def test_503_on_download_is_retried(api_key, tmp_path):
+    with FakeGemini(answer, download_503=1) as fake:
+        replies = run_stage(fake, tmp_path)
+    assert fake.calls.count("GET /v1beta/files/batch-b1:download") == 2
+    assert all(r.finish_reason == "stop" for r in replies.values())
+
+
+def gemini_cli(fake, tmp_path, *extra):
+    args = [
+        "experiment=tiny",
+        f"out_dir={tmp_path}",
+        "teacher=gemini",
+        "confirm=true",
+        f"gemini.base_url={fake.url}",
+        "gemini.poll_initial_s=0.001",
+        "~datasets.medium",
+        "~datasets.hard",
+        "datasets.easy.train.size=10",
+    ]
+    return data.main([*args, *extra])
+
+
+def test_cli_repeated_job_failure_exits_non_zero_with_one_line(api_key, tmp_path, capsys):
+    reason = "thinking_budget 0 is not supported by this model"
+    with FakeGemini(answer, fail_jobs={1: reason, 2: reason}) as fake:
+        assert gemini_cli(fake, tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: gemini cot: batch job batches/b2 failed like") and reason in err
+    assert "\n" not in err
+    assert not (tmp_path / "tiny/easy/cot_train.jsonl").exists()
+
+
+def test_cli_stage_that_keeps_nothing_exits_non_zero_with_one_line(api_key, tmp_path, capsys):
+    class EveryKey(dict):
+        def get(self, key, default=None):
+            return 99
+
+    with FakeGemini(answer, error_keys=EveryKey()) as fake:
+        assert gemini_cli(fake, tmp_path, "gemini.max_rounds=1") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "error: easy cot: kept 0 of 10 (min_kept_share=0.1); dropped: cot_teacher_error 10; "
+        "most common teacher error: line error: internal error (after 1 error(s))"
+    )
+    assert not (tmp_path / "tiny/easy/cot_train.jsonl").exists()
 
 
 def test_non_interactive_run_without_confirm_submits_nothing(api_key, tmp_path, capsys):
@@ -194,12 +336,24 @@ def test_cost_estimate_applies_the_batch_discount():
         price_input_per_mtok=1.0,
         price_output_per_mtok=10.0,
         expected_output_tokens={"cot": 100},
-        generation_config={"maxOutputTokens": 1000},
+        generation_config={"maxOutputTokens": 1000, "thinkingConfig": {"thinkingBudget": 0}},
     )
     est = estimate_cost(["y" * 400] * 10, jobs=1, stage="cot", cfg=cfg)
     assert (est.input_tokens, est.output_tokens, est.output_tokens_max) == (1000, 1000, 10000)
     assert est.usd == pytest.approx((1000 * 1.0 + 1000 * 10.0) / 1e6 * 0.5)
     assert est.usd_max == pytest.approx((1000 * 1.0 + 10000 * 10.0) / 1e6 * 0.5)
+
+
+@pytest.mark.parametrize(("thinking", "per_output"), [({"thinkingBudget": 300}, 400), ({}, 600)])
+def test_cost_estimate_counts_thinking_tokens_as_output(thinking, per_output):
+    cfg = GeminiConfig(
+        expected_output_tokens={"cot": 100},
+        expected_thinking_tokens=500,
+        generation_config={"thinkingConfig": thinking},
+    )
+    assert (
+        estimate_cost(["y" * 40] * 2, jobs=1, stage="cot", cfg=cfg).output_tokens == 2 * per_output
+    )
 
 
 def test_request_line_is_a_keyed_generate_content_request():

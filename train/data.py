@@ -4,12 +4,15 @@
     python -m train.data experiment=qwen2.5 confirm=true \\
         datasets.easy.train.path=gsm8k_train.jsonl datasets.easy.eval.path=gsm8k_test.jsonl ...
     python -m train.data experiment=qwen2.5 teacher=vllm vllm.model=Qwen/Qwen2.5-72B-Instruct
+    python -m train.data cancel data/qwen2.5/easy/teacher/cot/state.json experiment=qwen2.5
 
 Per difficulty: load the train split, drop duplicate questions and any question of the
 evaluation split, ask the teacher for a CoT per problem and a CoD per kept CoT, keep a
 problem only if both follow their format (:mod:`train.formats`) and both final answers equal
 the gold answer (:func:`harness.grading.grade`); every drop is counted by reason. Kept
-problems are split into train / val by a hash of the problem id.
+problems are split into train / val by a hash of the problem id. A teacher stage (CoT or
+CoD) that keeps less than ``min_kept_share`` of what it was sent, or nothing, stops the
+run with one line naming the drop reasons and the teacher's most common error.
 
 Writes ``<out_dir>/<experiment>/<difficulty>/``: ``{cot,cod}_{train,val}.jsonl`` in
 TRL's conversational prompt-completion format (the prompt is
@@ -44,6 +47,10 @@ SPLITS = ("train", "val")
 
 class DataLeakError(RuntimeError):
     """An evaluation problem ended up in a training set."""
+
+
+class StageError(RuntimeError):
+    """A teacher stage kept too little of what it was sent to the teacher."""
 
 
 @dataclass(frozen=True)
@@ -182,10 +189,13 @@ def build_difficulty(
     bounds: CodBounds,
     system_prompts: Mapping[str, str],
     val_fraction: float,
+    min_kept_share: float = 0.0,
 ) -> DifficultyData:
     """Screen, ask the teacher for CoT then CoD, judge, split and build SFT examples.
 
     Raises:
+        StageError: a stage kept less than ``min_kept_share`` of its requests (see
+            :func:`check_stage`).
         DataLeakError: a kept example whose id belongs to the evaluation split.
     """
     candidates, outcomes = screen(problems, eval_problems)
@@ -197,6 +207,7 @@ def build_difficulty(
             after_cot.append((problem, fields))
         else:
             outcomes.append(Outcome(problem.id, reason, **fields))
+    check_stage(f"{difficulty} cot", len(candidates), outcomes, cot_replies, min_kept_share)
     cots = {p.id: fields["cot"] for p, fields in after_cot}
     cod_replies = teacher.write_cod([p for p, _ in after_cot], cots) if after_cot else {}
     examples: dict[str, list[dict[str, object]]] = {
@@ -213,6 +224,7 @@ def build_difficulty(
                     sft_example(problem, text, style, system_prompts)
                 )
         outcomes.append(outcome)
+    check_stage(f"{difficulty} cod", len(after_cot), outcomes, cod_replies, min_kept_share)
     eval_ids = {p.id for p in eval_problems}
     leaked = sorted({str(ex["id"]) for rows in examples.values() for ex in rows} & eval_ids)
     if leaked:
@@ -222,6 +234,31 @@ def build_difficulty(
     replies = [*cot_replies.values(), *cod_replies.values()]
     return DifficultyData(
         difficulty, sorted(outcomes, key=lambda o: o.problem_id), examples, replies
+    )
+
+
+def check_stage(
+    stage: str,
+    sent: int,
+    outcomes: Sequence[Outcome],
+    replies: Mapping[str, Reply],
+    min_kept_share: float,
+) -> None:
+    """Fail a stage (``"<difficulty> <style>"``) that kept nothing or under the share.
+
+    A share of 0 never fails. Raises:
+        StageError: one line with the kept count, drop reasons and the top teacher error.
+    """
+    style = stage.split()[-1]
+    dropped = Counter(o.reason for o in outcomes if o.reason.startswith(f"{style}_"))
+    kept = sent - sum(dropped.values())
+    if min_kept_share == 0 or sent == 0 or (kept > 0 and kept >= min_kept_share * sent):
+        return
+    reasons = ", ".join(f"{reason} {n}" for reason, n in dropped.most_common())
+    errors = Counter(r.error for r in replies.values() if r.error).most_common(1)
+    why = f"; most common teacher error: {errors[0][0]}" if errors else ""
+    raise StageError(
+        f"{stage}: kept {kept} of {sent} (min_kept_share={min_kept_share}); dropped: {reasons}{why}"
     )
 
 
@@ -289,7 +326,7 @@ def prompts_hash(cfg: DataConfig, system_prompts: Mapping[str, str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def make_teacher(cfg: DataConfig, work_dir: Path) -> Teacher:
+def make_teacher(cfg: DataConfig, work_dir: Path, difficulty: str) -> Teacher:
     """The configured teacher; Gemini checkpoints under ``work_dir``."""
     if cfg.teacher == "synthetic":
         from train.teachers.synthetic import SyntheticTeacher
@@ -299,7 +336,12 @@ def make_teacher(cfg: DataConfig, work_dir: Path) -> Teacher:
         from train.teachers.gemini import GeminiTeacher
 
         return GeminiTeacher(
-            cfg.gemini, cfg.teacher_prompts(), cfg.cod, work_dir, confirm=cfg.confirm
+            cfg.gemini,
+            cfg.teacher_prompts(),
+            cfg.cod,
+            work_dir,
+            confirm=cfg.confirm,
+            label=f"{cfg.experiment}-{difficulty}",
         )
     from train.teachers.vllm_teacher import VllmTeacher
 
@@ -337,7 +379,7 @@ def run(cfg: DataConfig) -> dict[str, Path]:
         out = Path(cfg.out_dir) / cfg.experiment / difficulty
         problems = load_problems(source.train, cfg.limit)
         eval_problems = load_problems(source.eval)
-        teacher = make_teacher(cfg, out / "teacher")
+        teacher = make_teacher(cfg, out / "teacher", difficulty)
         data = build_difficulty(
             difficulty,
             problems,
@@ -346,6 +388,7 @@ def run(cfg: DataConfig) -> dict[str, Path]:
             cfg.cod,
             system_prompts,
             cfg.val_fraction,
+            cfg.min_kept_share,
         )
         outputs[difficulty] = write_difficulty(
             out, data, manifest_of(cfg, difficulty, source, teacher, system_prompts)
@@ -368,12 +411,17 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
-    from train.teachers.gemini import TeacherError
+    from train.teachers.gemini import TeacherError, cancel_jobs
 
     try:
-        cfg = compose_data_config(argv)
-        run(cfg)
-    except (ConfigError, DatasetError, TeacherError, DataLeakError) as exc:
+        if argv[:1] == ["cancel"]:  # cancel <state.json> [overrides]: stop a stage's Gemini jobs
+            if len(argv) < 2:
+                raise ConfigError("cancel: name a checkpoint (<teacher dir>/<stage>/state.json)")
+            for line in cancel_jobs(Path(argv[1]), compose_data_config(argv[2:]).gemini):
+                print(line)
+        else:
+            run(compose_data_config(argv))
+    except (ConfigError, DatasetError, TeacherError, DataLeakError, StageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -8,6 +8,7 @@ difficulty, a ``train`` source and the ``eval`` split that must never leak into 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -16,7 +17,6 @@ from harness.config import DIFFICULTIES, ConfigError, DatasetConfig, check, comp
 from train.config import split_experiment
 from train.formats import CodBounds
 from train.teachers.base import TeacherPrompts
-from train.teachers.gemini import GeminiConfig
 from train.teachers.vllm_teacher import VllmTeacherConfig
 
 TEACHERS = ("synthetic", "gemini", "vllm")
@@ -41,6 +41,33 @@ class PromptsConfig:
 
 
 @dataclass
+class GeminiConfig:
+    """Gemini Batch API settings (``gemini.*`` in ``conf/data/common.yaml``)."""
+
+    model: str = "gemini-2.5-flash"
+    api_version: str = "v1beta"  # the Batch API lives in v1beta; the SDK default is v1
+    base_url: str | None = None  # None = Google's endpoint
+    upload_mime_type: str = "jsonl"
+    generation_config: dict[str, Any] = field(default_factory=dict)  # GenerationConfig JSON
+    max_requests_per_job: int = 5000
+    max_bytes_per_job: int = 100_000_000  # the input file cap is 2 GB
+    max_tokens_per_job: int = 5_000_000  # estimated input tokens enqueued by one job
+    max_queued_tokens: int = 3_000_000  # estimated input tokens of a stage's running jobs
+    max_rounds: int = 3  # submissions per key before it becomes an error reply
+    create_attempts: int = 3  # batches.create tries; a lost answer is looked up by display name
+    download_attempts: int = 5
+    poll_initial_s: float = 15.0
+    poll_max_s: float = 300.0
+    wait_timeout_s: float = 180_000.0  # per job (jobs expire at 48 h); re-run resumes
+    chars_per_token: float = 4.0  # token estimate for caps and cost
+    expected_output_tokens: dict[str, int] = field(default_factory=lambda: {"cot": 400, "cod": 60})
+    expected_thinking_tokens: int = 1000  # per request when thinking is on without a budget
+    price_input_per_mtok: float = 0.30  # USD per 1M tokens at standard (interactive) price
+    price_output_per_mtok: float = 2.50  # thinking tokens are billed as output
+    batch_discount: float = 0.5  # batch jobs cost half
+
+
+@dataclass
 class DataConfig:
     """One ``python -m train.data`` run: every difficulty of one experiment."""
 
@@ -51,6 +78,7 @@ class DataConfig:
     val_fraction: float = 0.05  # share of kept examples held out, chosen by problem-id hash
     out_dir: str = "data"
     confirm: bool = False  # gemini: accept the cost estimate without asking
+    min_kept_share: float = 0.1  # a teacher stage keeping less of what it was sent fails
     cod: CodBounds = field(default_factory=CodBounds)  # the study's 3-5 steps of <= 5 words
     prompts: PromptsConfig = field(default_factory=PromptsConfig)
     gemini: GeminiConfig = field(default_factory=GeminiConfig)
@@ -90,6 +118,7 @@ def validate_data(cfg: DataConfig) -> None:
     check(bool(cfg.datasets), "datasets", "{}", "name at least one difficulty")
     check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
     check(0 <= cfg.val_fraction < 1, "val_fraction", cfg.val_fraction, "must be in [0, 1)")
+    check(0 <= cfg.min_kept_share <= 1, "min_kept_share", cfg.min_kept_share, "must be in [0, 1]")
     for difficulty, source in cfg.datasets.items():
         check(
             difficulty in DIFFICULTIES,

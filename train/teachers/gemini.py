@@ -7,18 +7,28 @@ One stage (all CoT requests, or all CoD requests, of one difficulty) is a batch 
 3. the cost is estimated (tokens x price x batch discount) and must be confirmed
    (``confirm=true`` for non-interactive runs);
 4. each job file is uploaded (``client.files.upload``, explicit ``mime_type``) and
-   submitted (``client.batches.create``); the job name is checkpointed at once;
+   submitted (``client.batches.create``) under a unique display name, while the stage's
+   running jobs stay under ``max_queued_tokens`` (the rest waits for earlier jobs); the
+   job name is checkpointed at once. Creation is not idempotent, so it is sent without
+   the client's automatic retries; after an ambiguous error (5xx, timeout) the job is
+   looked up by display name (``client.batches.list``) before another attempt; the
+   uploaded file is deleted when creation fails;
 5. jobs are polled (``client.batches.get``) with exponential backoff until a terminal
-   state; results are downloaded (``client.files.download``) and joined on ``key``;
+   state; results are downloaded (``client.files.download``, retried) and joined on ``key``;
 6. keys without a result (FAILED / EXPIRED / CANCELLED jobs, per-line errors, malformed
-   lines) are resubmitted, alone, up to ``max_rounds`` submissions per key.
+   lines) are resubmitted, alone, up to ``max_rounds`` submissions per key (an EXPIRED
+   job does not count). A FAILED job's reason is read from its raw response (the SDK
+   drops it for the Gemini API); a job that fails with the same reason as an earlier one
+   for the same keys stops the run.
 
 The checkpoint (``<work_dir>/<stage>/state.json``) holds job names, states and every
 harvested reply, keyed by a digest of the request; an interrupted run polls the jobs it
 already paid for instead of submitting them again. To abandon running jobs::
 
-    python -m train.teachers.gemini cancel data/<experiment>/<difficulty>/teacher/<stage>/state.json \\
+    python -m train.data cancel data/<experiment>/<difficulty>/teacher/<stage>/state.json \\
         experiment=<experiment> [gemini.base_url=...]
+
+Every API error surfaces as a :class:`TeacherError` with one line.
 
 The API key comes only from ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY`` and is never
 written to logs, checkpoints or outputs.
@@ -33,15 +43,17 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from train.data_config import GeminiConfig
 from train.formats import CodBounds
 from train.teachers.base import PromptedTeacher, Reply, TeacherPrompts, TeacherRequest
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TERMINAL_STATES = (
     "JOB_STATE_SUCCEEDED",
@@ -53,6 +65,8 @@ _FINISH = {
     "STOP": "stop",
     "MAX_TOKENS": "length",
 }  # anything else (SAFETY, RECITATION, ...) is blocked
+TRANSIENT_CODES = (408, 500, 502, 503, 504)  # the request may or may not have taken effect
+NO_RETRY = {"retry_options": {"attempts": 1}}  # per-request http_options
 
 
 class TeacherError(RuntimeError):
@@ -63,27 +77,31 @@ class BatchWaitTimeout(TeacherError):
     """Jobs still running when this process stopped waiting; re-running resumes them."""
 
 
-@dataclass
-class GeminiConfig:
-    """Gemini Batch API settings (``gemini.*`` in ``conf/data/common.yaml``)."""
+class GeminiApiError(TeacherError):
+    """An API call that failed; ``transient`` when retrying may succeed."""
 
-    model: str = "gemini-2.5-flash"
-    api_version: str = "v1beta"  # the Batch API lives in v1beta; the SDK default is v1
-    base_url: str | None = None  # None = Google's endpoint
-    upload_mime_type: str = "jsonl"
-    generation_config: dict[str, Any] = field(default_factory=dict)  # GenerationConfig JSON
-    max_requests_per_job: int = 5000
-    max_bytes_per_job: int = 100_000_000  # the input file cap is 2 GB
-    max_tokens_per_job: int = 5_000_000  # estimated input tokens enqueued by one job
-    max_rounds: int = 3  # submissions per key before it becomes an error reply
-    poll_initial_s: float = 15.0
-    poll_max_s: float = 300.0
-    wait_timeout_s: float = 86_400.0  # then stop waiting; jobs keep running, re-run resumes
-    chars_per_token: float = 4.0  # token estimate for caps and cost
-    expected_output_tokens: dict[str, int] = field(default_factory=lambda: {"cot": 400, "cod": 60})
-    price_input_per_mtok: float = 0.30  # USD per 1M tokens at standard (interactive) price
-    price_output_per_mtok: float = 2.50
-    batch_discount: float = 0.5  # batch jobs cost half
+    def __init__(self, message: str, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+def api_call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` with SDK and transport errors as one-line ``GeminiApiError``s."""
+    import httpx
+    from google.genai import errors
+
+    try:
+        return fn(*args, **kwargs)
+    except errors.APIError as exc:
+        hint = (
+            "; lower gemini.max_queued_tokens or wait for running jobs" if exc.code == 429 else ""
+        )
+        raise GeminiApiError(
+            f"gemini {what}: HTTP {exc.code} {exc.status}: {exc.message}{hint}",
+            exc.code in TRANSIENT_CODES,
+        ) from None
+    except httpx.TransportError as exc:
+        raise GeminiApiError(f"gemini {what}: {type(exc).__name__}: {exc}", True) from None
 
 
 # ----------------------------------------------------------------------------- requests
@@ -117,18 +135,19 @@ def plan_jobs(lines: Sequence[str], cfg: GeminiConfig) -> list[list[int]]:
     """
     jobs: list[list[int]] = []
     size = tokens = 0
+    max_tokens = min(cfg.max_tokens_per_job, cfg.max_queued_tokens)
     for i, line in enumerate(lines):
         line_bytes = len(line.encode()) + 1
         line_tokens = estimate_tokens(line, cfg.chars_per_token)
-        if line_bytes > cfg.max_bytes_per_job or line_tokens > cfg.max_tokens_per_job:
+        if line_bytes > cfg.max_bytes_per_job or line_tokens > max_tokens:
             raise TeacherError(
                 f"request {i} ({line_bytes} bytes, ~{line_tokens} tokens) exceeds gemini.max_bytes_per_job="
-                f"{cfg.max_bytes_per_job} or gemini.max_tokens_per_job={cfg.max_tokens_per_job}"
+                f"{cfg.max_bytes_per_job} or gemini.max_tokens_per_job / max_queued_tokens={max_tokens}"
             )
         full = jobs and (
             len(jobs[-1]) >= cfg.max_requests_per_job
             or size + line_bytes > cfg.max_bytes_per_job
-            or tokens + line_tokens > cfg.max_tokens_per_job
+            or tokens + line_tokens > max_tokens
         )
         if not jobs or full:
             jobs.append([])
@@ -153,9 +172,16 @@ class CostEstimate:
 
 
 def estimate_cost(lines: Sequence[str], jobs: int, stage: str, cfg: GeminiConfig) -> CostEstimate:
-    """Estimated batch price: (input x in-price + output x out-price) x batch discount."""
+    """Estimated batch price: (input x in-price + output x out-price) x batch discount.
+
+    With thinking on (``thinkingBudget`` absent or not 0), each output also carries the
+    thinking budget (or ``expected_thinking_tokens`` when the budget is dynamic).
+    """
     input_tokens = sum(estimate_tokens(line, cfg.chars_per_token) for line in lines)
     per_output = cfg.expected_output_tokens.get(stage, 0)
+    budget = (cfg.generation_config.get("thinkingConfig") or {}).get("thinkingBudget")
+    if budget != 0:
+        per_output += budget if budget is not None and budget > 0 else cfg.expected_thinking_tokens
     cap = int(cfg.generation_config.get("maxOutputTokens", per_output))
     output_tokens, output_max = per_output * len(lines), max(cap, per_output) * len(lines)
 
@@ -189,11 +215,13 @@ def format_estimate(est: CostEstimate, model: str, stage: str) -> str:
 
 
 def reply_from_response(key: str, response: dict[str, Any]) -> Reply:
-    """A GenerateContentResponse (REST JSON) as a Reply; thought parts are left out."""
+    """A GenerateContentResponse (REST JSON) as a Reply; thought parts are left out of the
+    text, thought tokens are counted in ``output_tokens`` (they are billed as output)."""
     usage = response.get("usageMetadata") or {}
+    counted = [usage[k] for k in ("candidatesTokenCount", "thoughtsTokenCount") if k in usage]
     tokens = {
         "input_tokens": usage.get("promptTokenCount"),
-        "output_tokens": usage.get("candidatesTokenCount"),
+        "output_tokens": sum(counted) if counted else None,
     }
     candidates = response.get("candidates") or []
     if not candidates:
@@ -269,7 +297,11 @@ class Checkpoint:
         return [job for job in self.jobs if not job["harvested"]]
 
     def submissions(self, key: str, digest: str) -> int:
-        return sum(job["keys"].get(key) == digest for job in self.jobs)
+        """Rounds ``key`` used; an expired job (never run by the service) uses none."""
+        return sum(
+            job["keys"].get(key) == digest and job["state"] != "JOB_STATE_EXPIRED"
+            for job in self.jobs
+        )
 
     def in_flight(self, key: str, digest: str) -> bool:
         return any(job["keys"].get(key) == digest for job in self.open_jobs())
@@ -289,7 +321,7 @@ def api_key_from_env() -> str:
 
 
 def make_client(cfg: GeminiConfig) -> Any:
-    """A ``google.genai.Client`` with the configured endpoint, API version and retries."""
+    """A ``google.genai.Client`` for the Gemini API (never Vertex), endpoint, version, retries."""
     from google import genai
     from google.genai import types
 
@@ -298,7 +330,7 @@ def make_client(cfg: GeminiConfig) -> Any:
         base_url=cfg.base_url,
         retry_options=types.HttpRetryOptions(attempts=5),
     )
-    return genai.Client(api_key=api_key_from_env(), http_options=options)
+    return genai.Client(vertexai=False, api_key=api_key_from_env(), http_options=options)
 
 
 class BatchRun:
@@ -310,12 +342,15 @@ class BatchRun:
         stage: str,
         work_dir: Path,
         confirm: bool,
+        label: str = "draftbench",
     ) -> None:
         self.cfg = cfg
         self.stage = stage
+        self.label = label  # display names: <label>-<stage>-r<round>-j<job>-<content hash>
         self.dir = work_dir / stage
         self.checkpoint = Checkpoint(self.dir / "state.json")
         self.confirmed = confirm
+        self._announced: set[str] = set()  # keys whose cost this process has printed
         self._client: Any = None
 
     @property
@@ -331,10 +366,8 @@ class BatchRun:
         if len(lines) != len(requests):
             raise TeacherError(f"gemini {self.stage}: duplicate request keys")
         digests = {key: line_digest(self.cfg.model, line) for key, line in lines.items()}
-        deadline = time.monotonic() + self.cfg.wait_timeout_s
         ck = self.checkpoint
         while True:
-            self._finish_open_jobs(deadline)
             todo = [
                 key
                 for key, digest in digests.items()
@@ -342,47 +375,121 @@ class BatchRun:
                 and not ck.in_flight(key, digest)
                 and ck.submissions(key, digest) < self.cfg.max_rounds
             ]
-            if not todo:
+            if todo:
+                self._submit(todo, lines, digests)
+            running = ck.open_jobs()
+            if not running:
                 break
-            self._submit([lines[k] for k in todo], {k: digests[k] for k in todo})
+            job = running[0]
+            self._harvest(job, self._wait(job))
         return {key: ck.reply(key, digest) or self._failure(key) for key, digest in digests.items()}
 
     def _failure(self, key: str) -> Reply:
         errors = self.checkpoint.errors.get(key) or ["no result"]
         return Reply(key, None, "error", error=f"{errors[-1]} (after {len(errors)} error(s))")
 
-    def _submit(self, lines: list[str], digests: dict[str, str]) -> None:
-        round_no = 1 + max((job["round"] for job in self.checkpoint.jobs), default=0)
-        plan = plan_jobs(lines, self.cfg)
-        estimate = estimate_cost(lines, len(plan), self.stage, self.cfg)
-        print(format_estimate(estimate, self.cfg.model, self.stage), flush=True)
-        self._confirm()
-        keys = list(digests)
+    def _submit(self, keys: list[str], lines: dict[str, str], digests: dict[str, str]) -> None:
+        """Submit ``keys`` in jobs while the stage's queued tokens stay under the cap."""
+        cfg, ck = self.cfg, self.checkpoint
+        texts = [lines[k] for k in keys]
+        plan = plan_jobs(texts, cfg)
+        if not self._announced.issuperset(keys):
+            estimate = estimate_cost(texts, len(plan), self.stage, cfg)
+            print(format_estimate(estimate, cfg.model, self.stage), flush=True)
+            self._confirm()
+            self._announced.update(keys)
+        round_no = 1 + max((job["round"] for job in ck.jobs), default=0)
+        queued = sum(job.get("tokens", 0) for job in ck.open_jobs())
         for i, indices in enumerate(plan):
-            path = self.dir / f"round{round_no}-job{i}.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(lines[j] + "\n" for j in indices), encoding="utf-8")
-            uploaded = self.client.files.upload(
-                file=str(path),
-                config={"mime_type": self.cfg.upload_mime_type, "display_name": path.stem},
+            tokens = sum(estimate_tokens(texts[j], cfg.chars_per_token) for j in indices)
+            if queued and queued + tokens > cfg.max_queued_tokens:
+                log.info(
+                    "%d request(s) wait for running jobs (gemini.max_queued_tokens=%d)",
+                    sum(map(len, plan[i:])),
+                    cfg.max_queued_tokens,
+                )
+                return
+            job = {"round": round_no, "tokens": tokens}
+            job["keys"] = {keys[j]: digests[keys[j]] for j in indices}
+            self._submit_job(f"round{round_no}-job{i}", [texts[j] for j in indices], job)
+            queued += tokens
+
+    def _submit_job(self, stem: str, texts: list[str], job: dict[str, Any]) -> None:
+        """Upload one job file, create its batch job and checkpoint ``job`` (round, tokens,
+        keys) with the job's name; the uploaded file is deleted if creation fails."""
+        path = self.dir / f"{stem}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        content = "".join(text + "\n" for text in texts)
+        path.write_text(content, encoding="utf-8")
+        digest = hashlib.sha256(content.encode()).hexdigest()[:8]
+        display_name = f"{self.label}-{self.stage}-{stem}-{digest}"
+        uploaded = api_call(
+            f"upload {path.name}",
+            self.client.files.upload,
+            file=str(path),
+            config={"mime_type": self.cfg.upload_mime_type, "display_name": path.stem},
+        )
+        try:
+            batch = self._retry(
+                f"create {display_name}",
+                self.cfg.create_attempts,
+                lambda: self.client.batches.create(
+                    model=self.cfg.model,
+                    src=uploaded.name,
+                    config={"display_name": display_name, "http_options": NO_RETRY},
+                ),
+                lambda: self._find_job(display_name),
             )
-            job = self.client.batches.create(
-                model=self.cfg.model,
-                src=uploaded.name,
-                config={"display_name": f"{self.stage}-{path.stem}"},
-            )
-            self.checkpoint.jobs.append(
-                {
-                    "name": job.name,
-                    "round": round_no,
-                    "file": uploaded.name,
-                    "state": _state_name(job.state),
-                    "harvested": False,
-                    "keys": {keys[j]: digests[keys[j]] for j in indices},
-                }
-            )
-            self.checkpoint.save()
-            log.info("submitted %s (%d requests, round %d)", job.name, len(indices), round_no)
+        except TeacherError:
+            self._delete_file(uploaded.name)
+            raise
+        job |= {
+            "name": batch.name,
+            "display_name": display_name,
+            "file": uploaded.name,
+            "state": _state_name(batch.state),
+            "harvested": False,
+        }
+        self.checkpoint.jobs.append(job)
+        self.checkpoint.save()
+        log.info("submitted %s (%s, %d requests)", batch.name, display_name, len(texts))
+
+    def _retry(
+        self,
+        what: str,
+        attempts: int,
+        call: Callable[[], T],
+        recover: Callable[[], T | None] = lambda: None,
+    ) -> T:
+        """``call`` up to ``attempts`` times on transient errors; ``recover`` may find the
+        effect of an attempt whose answer was lost (then it is returned instead)."""
+        for attempt in range(1, attempts):
+            try:
+                return api_call(what, call)
+            except GeminiApiError as exc:
+                if not exc.transient:
+                    raise
+                log.warning("%s (attempt %d of %d)", exc, attempt, attempts)
+            found = recover()
+            if found is not None:
+                return found
+            time.sleep(min(self.cfg.poll_initial_s * 2 ** (attempt - 1), self.cfg.poll_max_s))
+        return api_call(what, call)
+
+    def _find_job(self, display_name: str) -> Any:
+        """The batch job created under ``display_name``, or None."""
+        pager = api_call("list batches", self.client.batches.list, config={"page_size": 100})
+        for batch in pager:
+            if batch.display_name == display_name:
+                log.info("found %s created as %s despite the error", batch.name, display_name)
+                return batch
+        return None
+
+    def _delete_file(self, name: str) -> None:
+        try:
+            api_call(f"delete {name}", self.client.files.delete, name=name)
+        except TeacherError as exc:
+            log.warning("%s (the uploaded file stays until it expires)", exc)
 
     def _confirm(self) -> None:
         if self.confirmed:
@@ -395,22 +502,19 @@ class BatchRun:
             raise TeacherError("not submitting: cancelled at the cost prompt")
         self.confirmed = True
 
-    def _finish_open_jobs(self, deadline: float) -> None:
-        for job in self.checkpoint.open_jobs():
-            state, dest = self._wait(job, deadline)
-            self._harvest(job, state, dest)
-
-    def _wait(self, job: dict[str, Any], deadline: float) -> tuple[str, str | None]:
+    def _wait(self, job: dict[str, Any]) -> Any:
+        """The job once terminal, polled with backoff for at most ``wait_timeout_s``."""
+        deadline = time.monotonic() + self.cfg.wait_timeout_s
         delay = self.cfg.poll_initial_s
         while True:
-            batch = self.client.batches.get(name=job["name"])
+            batch = api_call(f"get {job['name']}", self.client.batches.get, name=job["name"])
             state = _state_name(batch.state)
             if state != job["state"]:
                 job["state"] = state
                 self.checkpoint.save()
                 log.info("%s: %s", job["name"], state)
             if state in TERMINAL_STATES:
-                return state, batch.dest.file_name if batch.dest else None
+                return batch
             if time.monotonic() + delay > deadline:
                 raise BatchWaitTimeout(
                     f"batch job {job['name']} still {state} after gemini.wait_timeout_s="
@@ -419,12 +523,23 @@ class BatchRun:
             time.sleep(delay)
             delay = min(delay * 1.5, self.cfg.poll_max_s)
 
-    def _harvest(self, job: dict[str, Any], state: str, dest: str | None) -> None:
+    def _harvest(self, job: dict[str, Any], batch: Any) -> None:
+        """Record the replies and errors of a finished job.
+
+        Raises:
+            TeacherError: the job FAILED with the same reason as an earlier job for its keys.
+        """
         ck = self.checkpoint
+        name, state = job["name"], job["state"]
+        dest = batch.dest.file_name if batch.dest else None
         seen: set[str] = set()
         if dest is not None:
-            content = self.client.files.download(file=dest).decode("utf-8")
-            for raw in content.splitlines():
+            content = self._retry(
+                f"download {dest}",
+                self.cfg.download_attempts,
+                lambda: self.client.files.download(file=dest),
+            ).decode("utf-8")
+            for raw in content.split("\n"):  # not splitlines(): model text may hold U+2028
                 if not raw.strip():
                     continue
                 parsed = parse_result_line(raw)
@@ -439,11 +554,39 @@ class BatchRun:
                     }
                 else:
                     ck.errors.setdefault(parsed.key, []).append(str(parsed.error))
-        for key in job["keys"].keys() - seen:
+        repeated = False
+        if state == "JOB_STATE_FAILED":
+            job["error"] = self._failure_reason(name)
+            log.warning("%s FAILED: %s", name, job["error"])
+            repeated = any(
+                other is not job
+                and other.get("error") == job["error"]
+                and other["keys"].keys() & job["keys"].keys()
+                for other in ck.jobs
+            )
+            reason = f"failed: {job['error']}"
+        else:
             reason = "missing from the results file" if dest else "no results file"
-            ck.errors.setdefault(key, []).append(f"job {job['name']} {state}: {reason}")
+        for key in job["keys"].keys() - seen:
+            ck.errors.setdefault(key, []).append(f"job {name} {state}: {reason}")
         job["harvested"] = True
         ck.save()
+        if repeated:
+            raise TeacherError(
+                f"gemini {self.stage}: batch job {name} failed like an earlier job for the same "
+                f"requests ({job['error']}); fix the request or the gemini.* settings, then re-run"
+            )
+
+    def _failure_reason(self, name: str) -> str:
+        """A FAILED job's error, read from its raw response (the SDK drops it for this API)."""
+        response = api_call(f"get {name}", self.client._api_client.request, "get", name, {})
+        operation = json.loads(response.body or "{}")
+        metadata = operation.get("metadata") or {}
+        error = operation.get("error") or metadata.get("error") or {}
+        if metadata.get("batchStats"):
+            log.warning("%s batchStats: %s", name, metadata["batchStats"])
+        words = [str(error[k]) for k in ("status", "message") if error.get(k)]
+        return " ".join(words) or "no error in the job's response"
 
 
 def _state_name(state: Any) -> str:
@@ -451,18 +594,32 @@ def _state_name(state: Any) -> str:
 
 
 def cancel_jobs(checkpoint_path: Path, cfg: GeminiConfig) -> list[str]:
-    """Cancel the running jobs of a checkpoint; the next run harvests them and resubmits."""
+    """Cancel the unfinished jobs of a checkpoint, one report line per job.
+
+    Each job's state is refreshed first (a finished job is not cancelled) and saved at
+    once; the next run harvests what the jobs produced and resubmits the rest.
+    """
+    if not checkpoint_path.is_file():
+        raise TeacherError(f"no checkpoint {checkpoint_path}")
     ck = Checkpoint(checkpoint_path)
     client = make_client(cfg)
-    cancelled = []
+    report = []
     for job in ck.open_jobs():
-        if job["state"] in TERMINAL_STATES:
-            continue
-        client.batches.cancel(name=job["name"])
-        job["state"] = _state_name(client.batches.get(name=job["name"]).state)
-        cancelled.append(job["name"])
-    ck.save()
-    return cancelled
+        name = job["name"]
+        state = _state_name(api_call(f"get {name}", client.batches.get, name=name).state)
+        if state in TERMINAL_STATES:
+            line = f"{name}: already {state}"
+        else:
+            try:
+                api_call(f"cancel {name}", client.batches.cancel, name=name)
+                line = f"cancelled {name}"
+            except TeacherError as exc:
+                line = f"{name}: not cancelled ({exc})"
+            state = _state_name(api_call(f"get {name}", client.batches.get, name=name).state)
+        job["state"] = state
+        ck.save()
+        report.append(line)
+    return report
 
 
 class GeminiTeacher(PromptedTeacher):
@@ -477,35 +634,14 @@ class GeminiTeacher(PromptedTeacher):
         bounds: CodBounds,
         work_dir: Path,
         confirm: bool = False,
+        label: str = "draftbench",
     ) -> None:
         super().__init__(prompts, bounds)
         self.cfg = cfg
         self.model = cfg.model
         self.work_dir = work_dir
         self.confirm = confirm
+        self.label = label
 
     def complete(self, requests: Sequence[TeacherRequest], stage: str) -> dict[str, Reply]:
-        return BatchRun(self.cfg, stage, self.work_dir, self.confirm).run(requests)
-
-
-def main(argv: list[str]) -> int:
-    """``cancel <state.json> [data overrides]``: cancel the running jobs of a checkpoint."""
-    if len(argv) < 2 or argv[0] != "cancel":
-        print(__doc__)
-        return 2
-    from harness.config import ConfigError
-    from train.data_config import compose_data_config
-
-    try:
-        cfg = compose_data_config(argv[2:]).gemini
-        for name in cancel_jobs(Path(argv[1]), cfg):
-            print(f"cancelled {name}")
-    except (ConfigError, TeacherError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    sys.exit(main(sys.argv[1:]))
+        return BatchRun(self.cfg, stage, self.work_dir, self.confirm, self.label).run(requests)
