@@ -1,7 +1,9 @@
 """How long the report takes to load (and aggregate) 1,000 runs x 500 requests.
 
-Builds synthetic run directories in a temporary folder, then times ``reports.load.load``
-and ``reports.aggregate.aggregate``. The target is under 30 s for loading.
+Builds run directories with known numbers in a temporary folder (the tests' fixture,
+``tests/run_fixtures.py``, written through the harness's writer), then times
+``reports.load.load`` and ``reports.aggregate.aggregate``. The target is under 30 s for
+loading.
 
 Run: ``python bench/report_load.py [--runs 1000] [--requests 500]``
 """
@@ -10,19 +12,23 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from reports import aggregate, load, synthetic
+from reports import aggregate, load
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
+from tests import run_fixtures
 
 
 def build(results_dir: Path, n_runs: int, n_requests: int) -> None:
     """Write ``n_runs`` synthetic jobs: the seed study's grid, repeated over seeds."""
-    grid = synthetic.seed_study_jobs("bench", n_problems=n_requests, detailed=True)
+    grid = run_fixtures.seed_study_jobs("bench", n_problems=n_requests, detailed=True)
     for i, job in enumerate(itertools.islice(itertools.cycle(grid), n_runs)):
-        synthetic.write_job(results_dir, replace(job, seed=i // len(grid)))
+        run_fixtures.write_job(results_dir, replace(job, seed=i // len(grid)))
 
 
 def main() -> None:

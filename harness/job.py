@@ -65,7 +65,7 @@ def summarize(
     engine: engines.Engine,
     reused: bool,
 ) -> RunSummary:
-    """The run summary of a finished job (lossless fraction vs the sweep's k = 0 run)."""
+    """The run summary of a finished job: its own facts only (no other job is read)."""
     tokens = sum(r.output_tokens for r in records)
     mismatch = None
     if job.info.k > 0:
@@ -75,13 +75,6 @@ def summarize(
             if engine_counts
             else "engine reported no spec_decode counters"
         )
-    lossless = None
-    if job.info.k > 0 and job.info.temperature == 0:
-        baseline = results.baseline_hashes(results.sweep_dir(cfg), job.info, job.max_tokens)
-        if baseline is not None:
-            lossless = metrics.lossless_fraction(
-                {r.problem_id: r.output_hash for r in records}, baseline
-            )
     return RunSummary(
         job=job.info,
         config=results.resolved_config(cfg),
@@ -97,7 +90,6 @@ def summarize(
         output_tokens_per_s=metrics.tokens_per_s(tokens, wall_s),
         spec=engine_counts if job.info.k > 0 else None,
         counter_mismatch=mismatch,
-        lossless_fraction=lossless,
     )
 
 

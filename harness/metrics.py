@@ -1,4 +1,4 @@
-"""Pure metric functions: latency, speculative-decoding acceptance, losslessness.
+"""Pure metric functions: latency, speculative-decoding acceptance, output hashes.
 
 No I/O and no engine: every function takes plain numbers, lists or vLLM's plain data
 objects and returns numbers. Definitions (also in the README):
@@ -15,7 +15,7 @@ The analytical model (expected tokens per step, predicted speedup) is ``reports.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,14 +192,6 @@ def rejected_positions(
 def output_hash(token_ids: Sequence[int]) -> str:
     """Short stable digest of an output's token ids (equal ids <=> equal hash)."""
     return hashlib.sha256(",".join(map(str, token_ids)).encode()).hexdigest()[:16]
-
-
-def lossless_fraction(hashes: Mapping[str, str], baseline: Mapping[str, str]) -> float | None:
-    """Fraction of shared problem ids whose output equals the baseline's; None if none shared."""
-    shared = hashes.keys() & baseline.keys()
-    if not shared:
-        return None
-    return sum(hashes[i] == baseline[i] for i in shared) / len(shared)
 
 
 def tokens_per_s(tokens: int, seconds: float) -> float:

@@ -7,7 +7,7 @@ are None when the job ran without speculation (k = 0).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, get_type_hints
 
 from harness.metrics import SpecCounts, counts_from_histogram
@@ -49,6 +49,10 @@ class RequestRecord:
     gold_answer: str
     correct: bool
     extractor: str
+    # lm-eval's strict-match and flexible-extract verdicts (harness.grading.CHAINS); None
+    # when not graded both ways
+    correct_strict: bool | None = field(default=None, kw_only=True)
+    correct_flexible: bool | None = field(default=None, kw_only=True)
     ttft_s: float
     e2e_s: float
     tpot_s: float | None
@@ -107,7 +111,6 @@ class RunSummary:
     output_tokens_per_s: float
     spec: SpecCounts | None
     counter_mismatch: str | None
-    lossless_fraction: float | None
 
     def to_row(self) -> dict[str, Any]:
         """The ``summary.json`` object; ``complete`` marks a fully written job."""
@@ -132,8 +135,6 @@ class RunSummary:
                 f", acceptance {spec['acceptance_rate'] or 0:.3f}, "
                 f"mean acceptance length {spec['mean_acceptance_length'] or 0:.2f}"
             )
-        if self.lossless_fraction is not None:
-            text += f", lossless {self.lossless_fraction:.3f}"
         if self.counter_mismatch:
             text += f" [counter mismatch: {self.counter_mismatch}]"
         return text

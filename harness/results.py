@@ -1,4 +1,4 @@
-"""Where a job's results live and how they are written, found and compared.
+"""Where a job's results live and how they are written and found.
 
 ``<results_dir>/<sweep>/<job>/`` holds ``requests.parquet`` (the tidy request table),
 ``summary.json`` (``"complete": true``) and ``.hydra/`` (the job's Hydra config). A job
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.records import JobInfo, RequestRecord, RunSummary, request_columns
+from harness.records import RequestRecord, RunSummary, request_columns
 
 SUMMARY = "summary.json"
 REQUESTS = "requests.parquet"
@@ -135,30 +135,3 @@ def append_failure(sweep: Path, job: str, config_hash: str, error: BaseException
     }
     with (sweep / FAILURES).open("a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
-
-
-def baseline_hashes(sweep: Path, job: JobInfo, max_tokens: int) -> dict[str, str] | None:
-    """Output hashes by problem id of the k = 0 job this job should reproduce, if any.
-
-    The baseline is a complete job of the same sweep with k = 0 and the same target,
-    dataset, prompt style, seed, temperature and max_tokens; one at the same
-    concurrency is preferred.
-    """
-    import pyarrow.parquet as pq
-
-    candidates = []
-    for path in sorted(sweep.glob(f"*/{SUMMARY}")):
-        other = read_summary(path.parent)
-        if other is None or other["k"] != 0:
-            continue
-        same = all(
-            other[key] == getattr(job, key)
-            for key in ("target", "dataset", "prompt_style", "seed", "temperature")
-        )
-        if same and other["config"]["max_tokens"] == max_tokens:
-            candidates.append((other["concurrency"] != job.concurrency, path.parent))
-    if not candidates:
-        return None
-    best = min(candidates)[1]
-    table = pq.read_table(best / REQUESTS, columns=["problem_id", "output_hash"]).to_pydict()
-    return dict(zip(table["problem_id"], table["output_hash"], strict=True))

@@ -11,7 +11,8 @@ target, prompt style, dataset, temperature and concurrency in the same sweep
 - speedup_tokens_per_s = tokens/s / baseline tokens/s (tokens/s = output tokens / e2e)
 
 Per-request acceptance histograms give the per-position acceptance
-(:func:`harness.metrics.position_counts`).
+(:func:`harness.metrics.position_counts`). Losslessness compares each greedy K > 0 run's
+output hashes with its K = 0 run's (:func:`with_lossless`); a group's is its runs' mean.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ GROUP = (
     "temperature", "concurrency", "k",
 )  # fmt: skip
 BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k"))
+RUN = ("sweep_id", "run_id")
+# What fixes a greedy output: a K > 0 run should reproduce the K = 0 run that shares these.
+SAME_OUTPUT = ("sweep_id", "target", "dataset", "prompt_style", "seed", "temperature", "max_tokens")
 DIFFICULTY_ORDER = {"easy": 0, "medium": 1, "hard": 2}
 POSITION_COLUMNS = ("row", "position", "reached", "accepted")
 
@@ -47,6 +51,8 @@ class Ratio:
 
 RATIOS = (
     Ratio("accuracy", "correct", "n"),
+    Ratio("accuracy_strict", "correct_strict", "n_strict"),  # lm-eval strict-match
+    Ratio("accuracy_flexible", "correct_flexible", "n_flexible"),  # lm-eval flexible-extract
     Ratio("output_tokens", "output_tokens", "n"),  # tokens
     Ratio("acceptance_rate", "num_accepted_tokens", "num_draft_tokens"),
     Ratio("mean_acceptance_length", "num_accepted_tokens", "num_spec_steps", 1.0),  # tokens/step
@@ -103,6 +109,10 @@ def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
     df["n"] = 1.0
     df["n_ttft"] = df["ttft_s"].notna().astype(float)
     df["n_tpot"] = df["tpot_s"].notna().astype(float)
+    for way in ("strict", "flexible"):  # NaN in runs recorded before both verdicts
+        verdict = df.get(f"correct_{way}", pd.Series(np.nan, index=df.index))
+        df[f"correct_{way}"] = verdict
+        df[f"n_{way}"] = verdict.notna().astype(float)
     pos = position_counts(df["acceptance_histogram"])
     df["position_attempts"] = np.bincount(pos["row"], weights=pos["reached"], minlength=len(df))
     for col in SUMMED:
@@ -187,6 +197,32 @@ def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataF
         rows.append({**labels, **_ci_columns(list(SPEEDUPS), point, lo, hi)})
     names = [f"{s}{end}" for s in SPEEDUPS for end in ("", "_lo", "_hi")]
     return pd.DataFrame(rows, columns=[*GROUP, *names])
+
+
+def with_lossless(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` plus ``lossless_fraction``: for a greedy (temperature 0) K > 0 run, the share
+    of its problems whose output hash equals that of its K = 0 baseline, the run sharing
+    :data:`SAME_OUTPUT` (one at the same concurrency preferred, then the first by run id).
+    NaN for other runs and where no baseline exists."""
+    runs = runs.drop(columns="lossless_fraction", errors="ignore")
+    if runs.empty or requests.empty:
+        return runs.assign(lossless_fraction=np.nan)
+    cols = [*RUN, *SAME_OUTPUT[1:-1], "k", "concurrency", "problem_id", "output_hash"]
+    req = requests[cols].dropna(subset=["output_hash"]).merge(runs[[*RUN, "max_tokens"]], on=RUN)
+    base = req.loc[req["k"] == 0, [*SAME_OUTPUT, "problem_id", "run_id", "concurrency",
+                                   "output_hash"]]  # fmt: skip
+    spec = req[(req["k"] > 0) & (req["temperature"] == 0)]
+    pairs = spec.merge(base, on=[*SAME_OUTPUT, "problem_id"], suffixes=("", "_base"))
+    pairs["other_concurrency"] = pairs["concurrency"] != pairs["concurrency_base"]
+    choice = (
+        pairs[[*RUN, "other_concurrency", "run_id_base"]]
+        .sort_values([*RUN, "other_concurrency", "run_id_base"])
+        .drop_duplicates(list(RUN))
+    )
+    pairs = pairs.merge(choice[[*RUN, "run_id_base"]], on=[*RUN, "run_id_base"])
+    same = (pairs["output_hash"] == pairs["output_hash_base"]).rename("lossless_fraction")
+    fraction = same.groupby([pairs["sweep_id"], pairs["run_id"]]).mean().reset_index()
+    return runs.merge(fraction, on=list(RUN), how="left")
 
 
 def _run_stats(runs: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:

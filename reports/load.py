@@ -185,6 +185,7 @@ def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
         for name, value in (summary.get(key) or {}).items():
             row[f"{key}_{name}"] = value
     row[ROLE] = target_role(summary)
+    row["max_tokens"] = (summary.get("config") or {}).get("max_tokens")
     row["path"] = str(path)
     return row
 

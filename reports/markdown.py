@@ -49,11 +49,17 @@ def _col(name: str, digits: int = 3) -> Callable[[pd.Series], str]:
     return lambda r: num(r[name], digits) if isinstance(r[name], float) else str(r[name])
 
 
+# lm-eval's two GSM8K extractions beside the headline accuracy (harness.grading.CHAINS)
+STRICT_FLEXIBLE: Column = (
+    "strict / flexible",
+    lambda r: f"{num(r.get('accuracy_strict'))} / {num(r.get('accuracy_flexible'))}",
+)
 HEADLINE: list[Column] = [
     ("dataset", lambda r: f"{r['dataset']} ({r['difficulty']})"),
     ("variant", _col("series")),
     ("K", _col("k")),
     ("accuracy", lambda r: ci(r, "accuracy")),
+    STRICT_FLEXIBLE,
     ("output tokens", lambda r: ci(r, "output_tokens", 1)),
     ("accept. rate", lambda r: ci(r, "acceptance_rate")),
     ("TPOT ms", lambda r: ci(r, "tpot_s", 1, 1000)),
@@ -69,6 +75,7 @@ ALL_GROUPS: list[Column] = [
     ("runs (seeds)", lambda r: f"{r['n_runs']:.0f} ({r['seeds']})"),
     ("problems", _col("n_problems")),
     ("accuracy", lambda r: ci(r, "accuracy")),
+    STRICT_FLEXIBLE,
     ("tokens", lambda r: num(r["output_tokens"], 1)),
     ("accept. rate", lambda r: ci(r, "acceptance_rate")),
     ("mean accept. len", lambda r: ci(r, "mean_acceptance_length", 2)),
@@ -80,6 +87,7 @@ ALL_GROUPS: list[Column] = [
     ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
     ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
     ("tok/s speedup", lambda r: ci(r, "speedup_tokens_per_s", 2)),
+    ("lossless", lambda r: num(r.get("lossless_fraction"))),
 ]
 FITS: list[Column] = [
     ("dataset", _col("dataset")),
@@ -94,6 +102,8 @@ FITS: list[Column] = [
 ]
 DEFINITIONS = """\
 - accuracy = correct answers / requests; output tokens = mean tokens per answer.
+- strict / flexible = accuracy by lm-eval's strict-match (`#### N` only; MATH: box,
+  `####` or Final Answer) and flexible-extract (last number; MATH: any stated answer).
 - acceptance rate = accepted draft tokens / proposed draft tokens.
 - mean acceptance length = 1 + accepted / verify steps (tokens per verify step, bonus
   token included).

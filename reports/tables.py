@@ -38,7 +38,7 @@ def build_tables(
     results: load.Results, n_boot: int = bootstrap.N_BOOT, seed: int = 0
 ) -> ReportTables:
     """Aggregate, fit and judge the loaded runs."""
-    req, runs = results.requests, results.runs
+    req, runs = results.requests, aggregate.with_lossless(results.requests, results.runs)
     table = aggregate.aggregate(req, runs, n_boot, seed)
     multi = req["sweep_id"].nunique() > 1
     return ReportTables(

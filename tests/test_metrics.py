@@ -1,4 +1,4 @@
-"""Metric definitions: TPOT, acceptance, counters, rejection positions, losslessness."""
+"""Metric definitions: TPOT, acceptance, counters, rejection positions."""
 
 from __future__ import annotations
 
@@ -35,6 +35,13 @@ def test_histogram_gives_steps_accepted_tokens_and_acceptance_per_position():
     # 3 steps accepted nothing, 1 accepted one draft, 2 accepted all three (K = 3)
     counts = metrics.counts_from_histogram([3, 1, 0, 2], num_draft_tokens=18)
     assert counts == SpecCounts(6, 18, 1 + 6, (3, 2, 2))
+
+
+def test_position_counts_give_steps_reaching_and_accepting_each_position():
+    # steps accepting at least j drafts: 6, 3, 2, 2 and 1, 1, 1, 1
+    reached, accepted = metrics.position_counts([[3, 1, 0, 2], [0, 0, 0, 1]])
+    assert reached.tolist() == [[6, 3, 2], [1, 1, 1]]
+    assert accepted.tolist() == [[3, 2, 2], [1, 1, 1]]
 
 
 def test_total_counts_sums_requests_position_by_position():
@@ -89,11 +96,6 @@ def test_rejected_positions_skip_a_last_step_cut_by_the_stop_condition():
 def test_output_hash_is_equal_exactly_for_equal_token_ids():
     assert metrics.output_hash([1, 2, 3]) == metrics.output_hash((1, 2, 3))
     assert metrics.output_hash([1, 2, 3]) != metrics.output_hash([1, 23])
-
-
-def test_lossless_fraction_compares_shared_problems_only():
-    assert metrics.lossless_fraction({"a": "x", "b": "y", "c": "z"}, {"a": "x", "b": "q"}) == 0.5
-    assert metrics.lossless_fraction({"a": "x"}, {"b": "x"}) is None
 
 
 def test_spec_block_of_the_summary_derives_both_rates():

@@ -7,33 +7,27 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, synthetic, theory
+from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, theory
+from tests import run_fixtures
 
-V = {v.name: v for v in synthetic.SEED_STUDY}
+V = {v.name: v for v in run_fixtures.SEED_STUDY}
 HIST = [[1, 1, 1], [2, 0, 2], [0, 0, 3], [1, 2, 0]]  # verify steps that accepted 0, 1, 2 drafts
-
-
-def _with(table: pa.Table, **columns) -> pa.Table:
-    for name, values in columns.items():
-        i = table.schema.get_field_index(name)
-        table = table.set_column(i, name, pa.array(values, table.schema.field(i).type))
-    return table
 
 
 @pytest.fixture
 def hand(tmp_path):
     """cot at K=0 and cot_sd at K=2 on 4 problems, every number set by hand."""
-    base = synthetic.Job("h", V["cot"], "synth_easy", "easy", 0, n_problems=4)
-    spec = synthetic.Job("h", V["cot_sd"], "synth_easy", "easy", 2, n_problems=4)
+    base = run_fixtures.Job("h", V["cot"], "synth_easy", "easy", 0, n_problems=4)
+    spec = run_fixtures.Job("h", V["cot_sd"], "synth_easy", "easy", 2, n_problems=4)
     same = {"correct": [True, False, True, True], "output_tokens": [10, 20, 30, 40],
             "ttft_s": [0.1] * 4}  # fmt: skip
     steps = [sum(h) for h in HIST]
     accepted = [h[1] + 2 * h[2] for h in HIST]
-    synthetic.write_job(tmp_path, base, _with(
-        synthetic.requests_table(base), **same, tpot_s=[0.02, 0.02, 0.04, 0.04],
+    run_fixtures.write_job(tmp_path, base, run_fixtures.with_columns(
+        run_fixtures.records(base), **same, tpot_s=[0.02, 0.02, 0.04, 0.04],
         e2e_s=[1.0, 2.0, 3.0, 4.0]))  # fmt: skip
-    synthetic.write_job(tmp_path, spec, _with(
-        synthetic.requests_table(spec), **same, tpot_s=[0.01, 0.01, 0.02, 0.02],
+    run_fixtures.write_job(tmp_path, spec, run_fixtures.with_columns(
+        run_fixtures.records(spec), **same, tpot_s=[0.01, 0.01, 0.02, 0.02],
         e2e_s=[0.5, 1.0, 1.5, 2.0], acceptance_histogram=HIST, num_spec_steps=steps,
         num_draft_tokens=[2 * s for s in steps], num_accepted_tokens=accepted))  # fmt: skip
     r = load.load(tmp_path)
@@ -74,6 +68,27 @@ def test_per_position_acceptance_from_histograms(hand):
     assert (pos["lo"] <= pos["acceptance"]).all() and (pos["acceptance"] <= pos["hi"]).all()
 
 
+def test_lossless_fraction_is_against_the_k0_run_of_the_same_target_and_max_tokens(tmp_path):
+    jobs = {v: run_fixtures.Job("l", V[v], "synth_easy", "easy", k, n_problems=10)
+            for v, k in (("cot", 0), ("cod", 0), ("cot_sd", 2), ("cod_sd", 2))}  # fmt: skip
+    for v in ("cot", "cod", "cod_sd"):
+        run_fixtures.write_job(tmp_path, jobs[v])
+    recs = run_fixtures.records(jobs["cot_sd"])
+    lossy = ["changed"] * 3 + [r.output_hash for r in recs[3:]]
+    run_fixtures.write_job(
+        tmp_path, jobs["cot_sd"], run_fixtures.with_columns(recs, output_hash=lossy)
+    )
+    r = load.load(tmp_path)
+    runs = aggregate.with_lossless(r.requests, r.runs).set_index("variant")["lossless_fraction"]
+    assert runs["cot_sd"] == pytest.approx(0.7) and runs["cod_sd"] == 1.0
+    assert np.isnan(runs["cot"]) and np.isnan(runs["cod"])
+    groups = aggregate.aggregate(r.requests, runs.reset_index().pipe(
+        lambda x: r.runs.merge(x, on="variant")), n_boot=50).set_index("variant")  # fmt: skip
+    assert groups.loc["cot_sd", "lossless_fraction"] == pytest.approx(0.7)
+    other_length = r.runs.assign(max_tokens=np.where(r.runs["k"] == 0, 99, r.runs["max_tokens"]))
+    assert aggregate.with_lossless(r.requests, other_length)["lossless_fraction"].isna().all()
+
+
 def test_position_counts_skip_null_histograms():
     hist = pd.Series([[1, 1, 1], None, [0, 2]], dtype=pd.ArrowDtype(pa.list_(pa.int64())))
     counts = aggregate.position_counts(hist)
@@ -86,11 +101,11 @@ def test_position_counts_skip_null_histograms():
 
 
 def test_fit_recovers_alpha_and_cost_from_the_k1_run(tmp_path):
-    jobs = [synthetic.Job("f", V["cot"], "synth_easy", "easy", 0, n_problems=150)] + [
-        synthetic.Job("f", V["cot_sd"], "synth_easy", "easy", k, n_problems=150) for k in (1, 3)
+    jobs = [run_fixtures.Job("f", V["cot"], "synth_easy", "easy", 0, n_problems=150)] + [
+        run_fixtures.Job("f", V["cot_sd"], "synth_easy", "easy", k, n_problems=150) for k in (1, 3)
     ]
     for j in jobs:
-        synthetic.write_job(tmp_path, j)
+        run_fixtures.write_job(tmp_path, j)
     r = load.load(tmp_path)
     table = aggregate.aggregate(r.requests, r.runs, n_boot=300)
     f = fit.fit(table, r.requests, r.runs, n_boot=300).iloc[0]
@@ -105,15 +120,15 @@ def test_fit_recovers_alpha_and_cost_from_the_k1_run(tmp_path):
 def study(tmp_path_factory):
     """The seed study on 200 problems: plain variants at K=0, draft variants at K=1,3."""
     root = tmp_path_factory.mktemp("study")
-    for job in synthetic.seed_study_jobs("s", ks=(1, 3), n_problems=200):
-        synthetic.write_job(root, job)
+    for job in run_fixtures.seed_study_jobs("s", ks=(1, 3), n_problems=200):
+        run_fixtures.write_job(root, job)
     r = load.load(root)
     return r, aggregate.aggregate(r.requests, r.runs, n_boot=400)
 
 
 def test_confidence_intervals_contain_the_true_values(study):
     _, t = study
-    truth = {v.name: v for v in synthetic.SEED_STUDY}
+    truth = {v.name: v for v in run_fixtures.SEED_STUDY}
     acc = t.apply(lambda r: r["accuracy_lo"] <= truth[r["variant"]].accuracy
                   <= r["accuracy_hi"], axis=1)  # fmt: skip
     spec = t[t["k"] > 0]
@@ -129,7 +144,7 @@ def test_confidence_intervals_contain_the_true_values(study):
 
 def test_seeds_pool_into_their_problems(tmp_path):
     for seed in (0, 1):
-        synthetic.write_job(tmp_path, synthetic.Job("p", V["cot"], "synth_easy", "easy", 0,
+        run_fixtures.write_job(tmp_path, run_fixtures.Job("p", V["cot"], "synth_easy", "easy", 0,
                                                     seed=seed, n_problems=30))  # fmt: skip
     r = load.load(tmp_path)
     row = aggregate.aggregate(r.requests, r.runs, n_boot=100).iloc[0]
@@ -140,13 +155,13 @@ def test_seeds_pool_into_their_problems(tmp_path):
 
 def test_speedup_needs_a_baseline_of_the_same_target_and_concurrency(tmp_path):
     jobs = [
-        synthetic.Job("m", V["cod"], "synth_easy", "easy", 0, n_problems=20),
-        synthetic.Job("m", V["cod_sd"], "synth_easy", "easy", 2, n_problems=20),
-        synthetic.Job("m", V["cot_sd"], "synth_easy", "easy", 2, n_problems=20),
-        synthetic.Job("m", V["cod_sd"], "synth_easy", "easy", 2, concurrency=4, n_problems=20),
+        run_fixtures.Job("m", V["cod"], "synth_easy", "easy", 0, n_problems=20),
+        run_fixtures.Job("m", V["cod_sd"], "synth_easy", "easy", 2, n_problems=20),
+        run_fixtures.Job("m", V["cot_sd"], "synth_easy", "easy", 2, n_problems=20),
+        run_fixtures.Job("m", V["cod_sd"], "synth_easy", "easy", 2, concurrency=4, n_problems=20),
     ]
     for j in jobs:
-        synthetic.write_job(tmp_path, j)
+        run_fixtures.write_job(tmp_path, j)
     r = load.load(tmp_path)
     t = aggregate.aggregate(r.requests, r.runs, n_boot=100)
     speedup = t.set_index(["variant", "concurrency"])["speedup_tpot"]
@@ -198,11 +213,11 @@ def test_verdicts_follow_the_synthetic_truths(study):
 
 def test_chain_of_draft_verdicts_resolve_with_enough_problems(tmp_path):
     cot = V["cot"]
-    equal = synthetic.Variant("cod", "cod", None, "cod", cot.accuracy, 80)
-    worse = synthetic.Variant("cod", "cod", None, "cod", cot.accuracy - 0.3, 80)
+    equal = run_fixtures.Variant("cod", "cod", None, "cod", cot.accuracy, 80)
+    worse = run_fixtures.Variant("cod", "cod", None, "cod", cot.accuracy - 0.3, 80)
     for sweep, cod in (("equal", equal), ("worse", worse)):
         for v in (cot, cod):
-            synthetic.write_job(tmp_path, synthetic.Job(sweep, v, "synth_easy", "easy", 0,
+            run_fixtures.write_job(tmp_path, run_fixtures.Job(sweep, v, "synth_easy", "easy", 0,
                                                         n_problems=4000))  # fmt: skip
     r = load.load(tmp_path)
     t = aggregate.aggregate(r.requests, r.runs, n_boot=300)
@@ -228,3 +243,17 @@ def test_rejection_shares_sum_to_one_per_variant(study):
     top = kinds.loc[kinds.groupby(["variant", "dataset"])["share"].idxmax()]
     assert set(top.loc[top["variant"] == "cot_sd", "kind"]) == {"word"}  # synthetic mix
     assert set(top.loc[top["variant"] == "cod_sd", "kind"]) == {"digit"}
+
+
+def test_strict_and_flexible_accuracy_beside_the_headline(tmp_path):
+    graded = run_fixtures.Job("s", V["cot"], "synth_easy", "easy", 0, n_problems=4)
+    old = run_fixtures.Job("s", V["cod"], "synth_easy", "easy", 0, n_problems=4)
+    run_fixtures.write_job(tmp_path, graded, run_fixtures.with_columns(
+        run_fixtures.records(graded), correct=[True, True, True, False],
+        correct_strict=[True, False, False, False], correct_flexible=[True, True, False, True]))  # fmt: skip
+    run_fixtures.write_job(tmp_path, old, run_fixtures.records(old))  # recorded before both
+    r = load.load(tmp_path)
+    t = aggregate.aggregate(r.requests, r.runs, n_boot=50).set_index("variant")
+    assert t.loc["cot", "accuracy"] == 0.75
+    assert t.loc["cot", "accuracy_strict"] == 0.25 and t.loc["cot", "accuracy_flexible"] == 0.75
+    assert np.isnan(t.loc["cod", "accuracy_strict"]) and np.isnan(t.loc["cod", "accuracy_flexible"])

@@ -7,7 +7,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from reports import load, synthetic
+from reports import load
+from tests import run_fixtures
 
 N = 20
 
@@ -15,13 +16,13 @@ N = 20
 @pytest.fixture
 def results(tmp_path):
     """Two sweeps of synthetic runs: 'a' (base and cot_sd at K=2) and 'b' (cot)."""
-    v = {x.name: x for x in synthetic.SEED_STUDY}
+    v = {x.name: x for x in run_fixtures.SEED_STUDY}
     jobs = [
-        synthetic.Job("a", v["base"], "synth_easy", "easy", 0, n_problems=N),
-        synthetic.Job("a", v["cot_sd"], "synth_easy", "easy", 2, n_problems=N, detailed=True),
-        synthetic.Job("b", v["cot"], "synth_hard", "hard", 0, n_problems=N),
+        run_fixtures.Job("a", v["base"], "synth_easy", "easy", 0, n_problems=N),
+        run_fixtures.Job("a", v["cot_sd"], "synth_easy", "easy", 2, n_problems=N, detailed=True),
+        run_fixtures.Job("b", v["cot"], "synth_hard", "hard", 0, n_problems=N),
     ]
-    dirs = [synthetic.write_job(tmp_path, j) for j in jobs]
+    dirs = [run_fixtures.write_job(tmp_path, j) for j in jobs]
     return tmp_path, dirs
 
 

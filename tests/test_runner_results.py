@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -13,22 +14,14 @@ from harness.config import compose_config
 from harness.metrics import SpecCounts, output_hash
 from harness.records import JobInfo, RequestRecord, RunSummary
 
-# The tidy request table of docs/ARCHITECTURE.md, in order.
-TIDY_COLUMNS = [
-    *("sweep_id", "run_id", "experiment", "variant", "target", "draft", "k", "dataset"),
-    *("difficulty", "prompt_style", "temperature", "seed", "concurrency", "problem_id"),
-    *("prompt_tokens", "output_tokens", "finish_reason", "pred_answer", "gold_answer"),
-    *("correct", "extractor", "ttft_s", "e2e_s", "tpot_s", "num_spec_steps"),
-    *("num_draft_tokens", "num_accepted_tokens", "acceptance_rate", "mean_acceptance_length"),
-    *("acceptance_histogram", "output_hash", "output_token_ids", "rejection_tokens"),
-]
-SPEC_COLUMNS = TIDY_COLUMNS[TIDY_COLUMNS.index("num_spec_steps") : -3]
+COLUMNS = results.request_schema().names  # derived from JobInfo + RequestRecord
+SPEC_COLUMNS = COLUMNS[COLUMNS.index("num_spec_steps") : -3]
 SUMMARY_KEYS = {
     *("sweep_id", "run_id", "complete", "experiment", "variant", "target", "draft", "k"),
     *("dataset", "difficulty", "prompt_style", "concurrency", "seed", "temperature"),
     *("config", "config_hash", "versions", "hardware", "engine_start_s", "engine_reused"),
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
-    *("spec", "counter_mismatch", "lossless_fraction"),
+    *("spec", "counter_mismatch"),
 }
 
 
@@ -53,13 +46,20 @@ def _record(job: JobInfo, problem_id: str = "p1", ids=(5, 6, 7)) -> RequestRecor
 def _summary(job: JobInfo, config_hash: str = "h", max_tokens: int = 24) -> RunSummary:
     return RunSummary(
         job, {"max_tokens": max_tokens}, config_hash, {"vllm": "0"}, {"device": "cpu"}, 1.0,
-        False, 1, 2.0, 1, 3, 1.5, SpecCounts(1, 2, 1, (1, 0)) if job.k else None, None, None,
+        False, 1, 2.0, 1, 3, 1.5, SpecCounts(1, 2, 1, (1, 0)) if job.k else None, None,
     )  # fmt: skip
 
 
-def test_request_row_has_the_tidy_columns_in_order():
-    assert list(_record(_job()).to_row()) == TIDY_COLUMNS
-    assert [f.name for f in results.request_schema()] == TIDY_COLUMNS
+def test_request_row_and_schema_follow_the_record_fields_in_order():
+    names = [f.name for f in dataclasses.fields(JobInfo)]
+    names += [f.name for f in dataclasses.fields(RequestRecord) if f.name != "job"]
+    assert list(_record(_job()).to_row()) == COLUMNS == names
+    schema = results.request_schema()
+    assert schema.field("k").type == pa.int64() and schema.field("draft").type == pa.string()
+    assert schema.field("correct").type == pa.bool_()
+    assert schema.field("tpot_s").type == pa.float64()
+    assert schema.field("acceptance_histogram").type == pa.list_(pa.int64())
+    assert schema.field("rejection_tokens").type == pa.list_(pa.string())
 
 
 def test_k0_rows_have_no_spec_fields():
@@ -95,7 +95,7 @@ def test_written_job_is_complete_only_for_its_config_hash(tmp_path):
     assert results.is_complete(job_dir, "abc")
     assert not results.is_complete(job_dir, "other")
     table = pq.read_table(job_dir / results.REQUESTS)
-    assert table.column_names == TIDY_COLUMNS and table.num_rows == 2
+    assert table.column_names == COLUMNS and table.num_rows == 2
     assert json.loads((job_dir / results.SUMMARY).read_text())["config_hash"] == "abc"
 
 
@@ -119,16 +119,6 @@ def test_failures_are_appended_one_json_line_each(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / results.FAILURES).read_text().splitlines()]
     assert [x["job"] for x in lines] == ["job-a", "job-b"]
     assert lines[0]["error"] == "RuntimeError: engine died"
-
-
-def test_baseline_is_the_k0_run_of_the_same_target_dataset_and_max_tokens(tmp_path):
-    spec_job = _job(k=2)
-    base = _job(k=0, variant="cot", draft=None, run_id="base")
-    other_data = _job(k=0, variant="cot", draft=None, run_id="other", dataset="synth_hard")
-    for job, ids in ((base, (1, 2)), (other_data, (9, 9))):
-        results.write_job(tmp_path / job.run_id, [_record(job, ids=ids)], _summary(job))
-    assert results.baseline_hashes(tmp_path, spec_job, 24) == {"p1": output_hash((1, 2))}
-    assert results.baseline_hashes(tmp_path, spec_job, 99) is None
 
 
 @pytest.mark.parametrize("key", ["force", "results_dir", "sweep"])

@@ -1,0 +1,264 @@
+"""Run directories with known numbers, written by the harness's own records and writer.
+
+For tests and benchmarks of the report. Each run is drawn from the analytical model with
+chosen truths: a variant's accuracy, its mean output length, its draft's per-token
+acceptance ``alpha`` and cost ratio ``cost``. Correctness, output length and output
+tokens depend only on (target, prompt style, dataset, problem, seed), never on K, as
+greedy speculative decoding guarantees, so every TPOT speedup has the known expectation
+E(alpha, K) / (K cost + 1) and every K > 0 run is lossless against its K = 0 run.
+Records go through :class:`harness.records.RequestRecord` / ``RunSummary`` and
+:func:`harness.results.write_job`, so these directories follow the harness's schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import metrics, results
+from harness.records import JobInfo, RequestRecord, RunSummary
+from reports import theory
+
+TARGET_TPOT_S = 0.02  # seconds per output token of plain decoding at concurrency 1
+PREFILL_S = 0.05  # mean time to first token
+NOISE = 0.1  # log-normal sigma of per-request timings
+MAX_TOKENS = 512
+# Text of rejected draft tokens, and how often each kind is rejected per prompt style.
+REJECTION_POOL = {
+    "digit": ["1", "12", "7", " 3", "0"],
+    "operator": ["+", " =", "*", "/", "-"],
+    "word": [" the", " so", " total", "apples", " each"],
+    "whitespace": ["\n", " ", "\n\n"],
+    "latex": ["\\frac", "{", "\\cdot", "$", "^"],
+}
+REJECTION_MIX = {
+    "cot": [0.2, 0.15, 0.45, 0.15, 0.05],
+    "cod": [0.4, 0.3, 0.1, 0.15, 0.05],
+    "direct": [0.4, 0.1, 0.3, 0.1, 0.1],
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A variant (``target`` and ``draft`` are roles, as in the config) and the truths its
+    runs are drawn from."""
+
+    name: str
+    target: str
+    draft: str | None
+    prompt_style: str
+    accuracy: float
+    mean_tokens: float
+    alpha: float = 0.0  # per-token acceptance of the draft
+    cost: float = 0.0  # draft / target cost per forward
+
+    @property
+    def target_model(self) -> str:
+        """The target's model directory, as the harness records it."""
+        return f"models/synthetic/target_{self.target}"
+
+    @property
+    def draft_model(self) -> str | None:
+        """The draft's model directory (None without a draft)."""
+        return self.draft and f"models/synthetic/draft_{self.draft}"
+
+
+SEED_STUDY = (
+    Variant("base", "base", None, "direct", 0.35, 40),
+    Variant("cot", "cot", None, "cot", 0.70, 200),
+    Variant("cod", "cod", None, "cod", 0.66, 80),
+    Variant("cot_sd", "cot", "cot", "cot", 0.70, 200, alpha=0.75, cost=0.08),
+    Variant("cod_sd", "cod", "cod", "cod", 0.66, 80, alpha=0.65, cost=0.08),
+)
+DATASETS = {"synth_easy": "easy", "synth_medium": "medium", "synth_hard": "hard"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One synthetic job: a variant on a dataset at (K, concurrency, seed)."""
+
+    sweep: str
+    variant: Variant
+    dataset: str
+    difficulty: str
+    k: int
+    concurrency: int = 1
+    seed: int = 0
+    n_problems: int = 100
+    detailed: bool = False  # record rejection_tokens
+
+    @property
+    def name(self) -> str:
+        """The job directory name."""
+        v = self.variant.name
+        return f"{v}-{self.dataset}-k{self.k}-c{self.concurrency}-s{self.seed}"
+
+    @property
+    def info(self) -> JobInfo:
+        """The job's identity as the harness records it."""
+        v = self.variant
+        return JobInfo(
+            sweep_id=self.sweep, run_id=self.name, experiment="synthetic", variant=v.name,
+            target=v.target_model, draft=v.draft_model, k=self.k, dataset=self.dataset,
+            difficulty=self.difficulty, prompt_style=v.prompt_style, temperature=0.0,
+            seed=self.seed, concurrency=self.concurrency,
+        )  # fmt: skip
+
+
+def _rng(*key: object) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _lognormal(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Multiplicative noise with mean 1."""
+    return rng.lognormal(-(NOISE**2) / 2, NOISE, n)
+
+
+def _histograms(job: Job, tokens: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Accepted drafts per verify step, from the truncated geometric law: (n, K + 1)."""
+    a, k = job.variant.alpha, job.k
+    pmf = np.append(a ** np.arange(k) * (1 - a), a**k)
+    steps = np.maximum(1, np.round((tokens - 1) / theory.expected_tokens(a, k))).astype(int)
+    return rng.multinomial(steps, pmf)
+
+
+def _rejections(job: Job, n: int, rng: np.random.Generator) -> list[tuple[str, ...] | None]:
+    if not (job.detailed and job.k > 0):
+        return [None] * n
+    counts = rng.poisson(5, n)
+    kinds = rng.choice(len(REJECTION_POOL), counts.sum(), p=REJECTION_MIX[job.variant.prompt_style])
+    pools = list(REJECTION_POOL.values())
+    texts = [pools[i][rng.integers(len(pools[i]))] for i in kinds]
+    ends = np.cumsum(counts)
+    return [tuple(texts[end - c : end]) for c, end in zip(counts, ends, strict=True)]
+
+
+def records(job: Job) -> list[RequestRecord]:
+    """The request records of one synthetic job."""
+    v, n = job.variant, job.n_problems
+    # What the target writes: fixed by the problem, never by K (greedy decoding is lossless).
+    out_rng = _rng(job.sweep, v.target, v.prompt_style, job.dataset, job.seed)
+    correct = out_rng.random(n) < v.accuracy
+    tokens = np.maximum(2, out_rng.poisson(v.mean_tokens, n))
+    rng = _rng(job.sweep, job.name)
+    step_cost = (job.k * (v.cost + 0.1 * np.log2(job.concurrency)) + 1) / (
+        theory.expected_tokens(v.alpha, job.k) if job.k else 1.0
+    )
+    tpot = TARGET_TPOT_S * (1 + 0.2 * (job.concurrency - 1)) * step_cost * _lognormal(rng, n)
+    ttft = PREFILL_S * _lognormal(rng, n)
+    hists = _histograms(job, tokens, rng) if job.k else [None] * n
+    rejections = _rejections(job, n, rng)
+    info = job.info
+    out = []
+    for i in range(n):
+        ids = tuple(range(i + job.seed, i + job.seed + int(tokens[i])))
+        hist = None if hists[i] is None else tuple(int(x) for x in hists[i])
+        spec = None if hist is None else metrics.counts_from_histogram(hist, sum(hist) * job.k)
+        out.append(
+            RequestRecord(
+                job=info,
+                problem_id=f"{job.dataset}-{i:04d}",
+                prompt_tokens=60,
+                output_tokens=len(ids),
+                finish_reason="stop",
+                pred_answer=str(i) if correct[i] else "[invalid]",
+                gold_answer=str(i),
+                correct=bool(correct[i]),
+                extractor="strict",
+                ttft_s=float(ttft[i]),
+                e2e_s=float(ttft[i] + tpot[i] * (len(ids) - 1)),
+                tpot_s=float(tpot[i]),
+                num_spec_steps=spec and spec.num_steps,
+                num_draft_tokens=spec and spec.num_draft_tokens,
+                num_accepted_tokens=spec and spec.num_accepted_tokens,
+                acceptance_rate=spec and metrics.acceptance_rate(
+                    spec.num_accepted_tokens, spec.num_draft_tokens
+                ),
+                mean_acceptance_length=spec and metrics.mean_acceptance_length(
+                    spec.num_accepted_tokens, spec.num_steps
+                ),
+                acceptance_histogram=hist,
+                output_hash=metrics.output_hash(ids),
+                output_token_ids=ids,
+                rejection_tokens=rejections[i],
+            )
+        )
+    return out
+
+
+def with_columns(recs: list[RequestRecord], **columns: list[Any]) -> list[RequestRecord]:
+    """``recs`` with the named fields set by hand, one value per record."""
+    return [
+        dataclasses.replace(r, **{name: values[i] for name, values in columns.items()})
+        for i, r in enumerate(recs)
+    ]
+
+
+def summary(job: Job, recs: list[RequestRecord]) -> RunSummary:
+    """The run summary the harness would write next to ``recs``."""
+    v, k = job.variant, job.k
+    tokens = sum(r.output_tokens for r in recs)
+    wall = sum(r.e2e_s for r in recs) / job.concurrency
+    return RunSummary(
+        job=job.info,
+        config={
+            "variant": {
+                "name": v.name,
+                "target": v.target,
+                "draft": v.draft,
+                "prompt_style": v.prompt_style,
+            },
+            "spec": {"k": k},
+            "concurrency": job.concurrency,
+            "seed": job.seed,
+            "max_tokens": MAX_TOKENS,
+        },
+        config_hash=f"{zlib.crc32(job.name.encode()):08x}",
+        versions={"vllm": "synthetic", "torch": None, "transformers": None, "draftbench": None},
+        hardware={"device": "cpu", "cpu": "synthetic", "cpu_count": 2, "gpu": None, "gpu_count": 0},
+        engine_start_s=0.0,
+        engine_reused=True,
+        engine_launches=1,
+        wall_s=wall,
+        num_requests=len(recs),
+        output_tokens=tokens,
+        output_tokens_per_s=metrics.tokens_per_s(tokens, wall),
+        spec=metrics.total_counts(r.spec_counts for r in recs) if k else None,
+        counter_mismatch=None,
+    )
+
+
+def write_job(results_dir: Path, job: Job, recs: list[RequestRecord] | None = None) -> Path:
+    """Write ``results_dir/<sweep>/<job>/`` through the harness's writer; return the dir.
+
+    ``recs`` replaces the drawn records (e.g. ones with hand-set values).
+    """
+    out = Path(results_dir) / job.sweep / job.name
+    recs = records(job) if recs is None else recs
+    results.write_job(out, recs, summary(job, recs))
+    return out
+
+
+def seed_study_jobs(
+    sweep: str,
+    ks: tuple[int, ...] = (0, 1, 2, 3, 5),
+    concurrencies: tuple[int, ...] = (1,),
+    seeds: tuple[int, ...] = (0,),
+    n_problems: int = 100,
+    detailed: bool = True,
+    variants: tuple[Variant, ...] = SEED_STUDY,
+) -> list[Job]:
+    """The seed study's grid: plain variants at K = 0, draft variants at every K > 0."""
+    return [
+        Job(sweep, v, dataset, difficulty, k, conc, seed, n_problems, detailed)
+        for v in variants
+        for dataset, difficulty in DATASETS.items()
+        for k in ([k for k in ks if k > 0] if v.draft else [0])
+        for conc in concurrencies
+        for seed in seeds
+    ]
