@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, wraps
 from pathlib import Path
 from typing import Any
 
-from harness.config import ConfigError
+from harness.config import ConfigError, DatasetError
 
 
 def looks_local(name: str) -> bool:
@@ -122,13 +122,44 @@ def check_prompt_lengths(
         )
 
 
-@contextmanager
-def exit_on_bad_input() -> Iterator[None]:
-    """Turn ConfigError / DatasetError into ``error: <message>`` on stderr and exit status 2."""
-    from harness.datasets import DatasetError
+def _bad_input(extra: tuple[type[Exception], ...]) -> tuple[type[Exception], ...]:
+    """The errors that mean bad input: ConfigError, DatasetError and ``extra``."""
+    return (ConfigError, DatasetError, *extra)
 
+
+def _report(exc: Exception) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
+
+
+@contextmanager
+def exit_on_bad_input(*extra: type[Exception]) -> Iterator[None]:
+    """Turn bad input (ConfigError, DatasetError, ``extra``) into ``error: <message>`` on
+    stderr and exit status 2."""
     try:
         yield
-    except (ConfigError, DatasetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except _bad_input(extra) as exc:
+        raise SystemExit(_report(exc)) from None
+
+
+def command(
+    *extra: type[Exception], doc: str | None = None
+) -> Callable[[Callable[[Any], int]], Callable[[Any], int]]:
+    """Decorate a command's ``main``: bad input (ConfigError, DatasetError, ``extra``) prints
+    ``error: <message>`` on stderr and returns 2; with ``doc``, ``-h``/``--help`` as first
+    argument prints it and returns 0."""
+
+    def wrap(main: Callable[[Any], int]) -> Callable[[Any], int]:
+        @wraps(main)
+        def run(args: Any) -> int:
+            if doc is not None and args and args[0] in ("-h", "--help"):
+                print(doc)
+                return 0
+            try:
+                return main(args)
+            except _bad_input(extra) as exc:
+                return _report(exc)
+
+        return run
+
+    return wrap

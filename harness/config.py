@@ -28,6 +28,10 @@ class ConfigError(ValueError):
     """A bad config value; the message names the key and the value."""
 
 
+class DatasetError(ValueError):
+    """A dataset that cannot be loaded as configured; the message says what to set."""
+
+
 @dataclass
 class DatasetConfig:
     """Where problems come from. ``source`` picks the loader in ``harness.datasets``."""

@@ -27,13 +27,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.config import DatasetConfig
+from harness.checks import command
+from harness.config import DatasetConfig, DatasetError
 from harness.grading import grade, last_boxed
 from harness.problems import Problem
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be loaded as configured; the message says what to set."""
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
@@ -180,20 +177,14 @@ def self_agreement(problems: list[Problem]) -> float:
     return hits / len(problems)
 
 
+@command(doc=__doc__)
 def main(argv: list[str]) -> int:
     """Print problem counts and gold self-agreement for a configured dataset."""
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
     from harness.config import compose_config
 
     every_row = [] if any(arg.startswith("limit=") for arg in argv) else ["limit=null"]
     cfg = compose_config([*argv, *every_row])
-    try:
-        problems = load_problems(cfg.dataset, cfg.limit)
-    except DatasetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    problems = load_problems(cfg.dataset, cfg.limit)
     by_difficulty = {p.difficulty for p in problems}
     print(f"dataset:   {cfg.dataset.name} ({', '.join(sorted(by_difficulty))})")
     print(f"problems:  {len(problems)}")

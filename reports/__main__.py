@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.checks import command
 from reports import bootstrap
 
 
@@ -50,21 +51,20 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
 
 
+@command(ValueError)
 def main(args: argparse.Namespace) -> int:
-    """Build the report; print where it went. Returns the exit code."""
+    """Build the report; print where it went. Returns the exit code (2: bad input)."""
     from reports.report import make_report
 
     if args.bootstrap < 10:
-        print(f"error: --bootstrap={args.bootstrap}: use at least 10 replicates", file=sys.stderr)
+        raise ValueError(f"--bootstrap={args.bootstrap}: use at least 10 replicates")
+    if not args.results_dir.is_dir():
+        print(f"error: --results-dir={args.results_dir}: no such directory", file=sys.stderr)
         return 2
     name = args.name or ("+".join(args.sweeps) if args.sweeps else "all")
-    try:
-        path = make_report(
-            args.results_dir, args.out_dir / name, args.sweeps, args.bootstrap, args.seed
-        )
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    path = make_report(
+        args.results_dir, args.out_dir / name, args.sweeps, args.bootstrap, args.seed
+    )
     print(f"wrote {path}")
     first = path.read_text().split("\n\n")[1]
     print(first)

@@ -33,10 +33,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import synth
-from harness.checks import config_vocab_size
+from harness.checks import command, config_vocab_size
 from harness.config import ConfigError, compose_config
-from harness.datasets import DatasetError, load_problems
+from harness.datasets import load_problems
 from train.config import STYLES, SFTSettings, TrainConfig, compose_train_config
+from train.data import DataLeakError
 from train.manifest import (
     Manifest,
     build_key,
@@ -47,10 +48,6 @@ from train.manifest import (
     write_manifest,
 )
 from train.teachers.synthetic import solutions
-
-
-class DataLeakError(RuntimeError):
-    """An evaluation problem is in a training set."""
 
 
 @dataclass(frozen=True)
@@ -328,15 +325,9 @@ def _pretrained(name: str) -> Built:
     return Built(name, manifest.key if manifest else digest({"model": name}))
 
 
+@command(DataLeakError, doc=__doc__)
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    try:
-        built = run(compose_train_config(argv))
-    except (ConfigError, DatasetError, DataLeakError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    built = run(compose_train_config(argv))
     for role, path in built.items():
         print(f"{role}: {path}")
     return 0

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.checks import command
 from harness.config import ConfigError, compose_config
 from train.data_config import compose_data_config
 
@@ -208,26 +209,18 @@ def token_counter(name: str) -> Callable[[str], int]:
     return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+@command(doc=__doc__)
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
     tokenizer = next((a.split("=", 1)[1] for a in argv if a.startswith("tokenizer=")), None)
-    try:
-        cfg = compose_data_config([a for a in argv if not a.startswith("tokenizer=")])
-        tokenizer = (
-            tokenizer or compose_config([f"experiment={cfg.experiment}"]).models.targets.base
+    cfg = compose_data_config([a for a in argv if not a.startswith("tokenizer=")])
+    tokenizer = tokenizer or compose_config([f"experiment={cfg.experiment}"]).models.targets.base
+    root = Path(cfg.out_dir) / cfg.experiment
+    missing = [d for d in cfg.datasets if not (root / d / "manifest.json").is_file()]
+    if missing:
+        raise ConfigError(
+            f"out_dir={cfg.out_dir}: no data for {', '.join(missing)} under {root}; run python -m train.data first"
         )
-        root = Path(cfg.out_dir) / cfg.experiment
-        missing = [d for d in cfg.datasets if not (root / d / "manifest.json").is_file()]
-        if missing:
-            raise ConfigError(
-                f"out_dir={cfg.out_dir}: no data for {', '.join(missing)} under {root}; run python -m train.data first"
-            )
-        count = token_counter(tokenizer)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    count = token_counter(tokenizer)
     reports = [load_difficulty(root / d, count) for d in cfg.datasets]
     out = root / "report"
     out.mkdir(parents=True, exist_ok=True)
