@@ -32,14 +32,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from harness.checks import command
 from harness.config import ConfigError, compose_config
-from harness.datasets import DatasetError, load_problems
+from harness.datasets import load_problems
 from harness.grading import grade
 from harness.problems import Problem
 from harness.prompts import build_messages
 from train.data_config import DataConfig, SourceConfig, compose_data_config
 from train.formats import CodBounds, Verdict, check_cod, check_cot
 from train.teachers.base import Reply, Teacher
+from train.teachers.gemini import TeacherError, cancel_jobs
 
 STYLES = ("cot", "cod")
 SPLITS = ("train", "val")
@@ -407,23 +409,15 @@ def format_counts(difficulty: str, c: Mapping[str, object]) -> str:
     )
 
 
+@command(TeacherError, DataLeakError, StageError, doc=__doc__)
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    from train.teachers.gemini import TeacherError, cancel_jobs
-
-    try:
-        if argv[:1] == ["cancel"]:  # cancel <state.json> [overrides]: stop a stage's Gemini jobs
-            if len(argv) < 2:
-                raise ConfigError("cancel: name a checkpoint (<teacher dir>/<stage>/state.json)")
-            for line in cancel_jobs(Path(argv[1]), compose_data_config(argv[2:]).gemini):
-                print(line)
-        else:
-            run(compose_data_config(argv))
-    except (ConfigError, DatasetError, TeacherError, DataLeakError, StageError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if argv[:1] == ["cancel"]:  # cancel <state.json> [overrides]: stop a stage's Gemini jobs
+        if len(argv) < 2:
+            raise ConfigError("cancel: name a checkpoint (<teacher dir>/<stage>/state.json)")
+        for line in cancel_jobs(Path(argv[1]), compose_data_config(argv[2:]).gemini):
+            print(line)
+    else:
+        run(compose_data_config(argv))
     return 0
 
 
