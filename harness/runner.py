@@ -175,6 +175,8 @@ def to_record(info: JobInfo, request: Request, output: Any, tokenizer: Any) -> R
         gold_answer=request.problem.gold_answer,
         correct=verdict.correct,
         extractor=verdict.extractor,
+        correct_strict=verdict.correct_strict,
+        correct_flexible=verdict.correct_flexible,
         ttft_s=ttft,
         e2e_s=e2e,
         tpot_s=metrics.tpot(e2e, ttft, len(ids)),

@@ -64,6 +64,7 @@ def test_report_states_tables_hypotheses_environment_and_skips(report):
                     "software", "## Skipped run directories", "## Definitions"):  # fmt: skip
         assert section in text
     assert "### H1. Reasoning fine-tuning improves accuracy" in text
+    assert text.count("| accuracy | strict / flexible |") == 2  # headline and all groups
     assert "**Verdict: supported**" in text
     assert "`killed-job`" not in text and "killed-job` | partial: no summary.json" in text
     assert "synthetic" in text  # the versions table
