@@ -110,6 +110,8 @@ DEFINITIONS = """\
 - a = per-token acceptance: accepted / draft positions tried (a position is tried only
   when every earlier one was accepted), pooled over the variant's K.
 - TPOT = (e2e - TTFT) / (output tokens - 1), mean over requests; one-token answers have none.
+- lossless = share of a greedy K > 0 run's problems whose output equals its K = 0 run's
+  (same target, prompt style, dataset, seed, max_tokens; mean over the group's runs).
 - tok/s (req.) = output tokens / e2e seconds of the requests; tok/s (run) = output tokens
   / wall seconds of the whole run (system throughput, no CI).
 - speedup = K = 0 baseline of the same target, prompt style, dataset, temperature,
