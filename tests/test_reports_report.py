@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 
 import matplotlib.image as mpimg
 import pytest
 
-from reports import figures, synthetic
+from reports import figures
 from reports.__main__ import add_cli_args, main
 from reports.report import make_report
+from tests import run_fixtures
 
 ALWAYS = {name for name, *_ in figures.REPORT_FIGURES} - {"speedup_vs_concurrency"}
+V = {x.name: x for x in run_fixtures.SEED_STUDY}
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     """A seed-study sweep at concurrency 1 (K = 1, 3) plus one partial run directory."""
     root = tmp_path_factory.mktemp("results")
-    for job in synthetic.seed_study_jobs("study", ks=(1, 3), n_problems=40):
-        synthetic.write_job(root, job)
+    for job in run_fixtures.seed_study_jobs("study", ks=(1, 3), n_problems=40):
+        run_fixtures.write_job(root, job)
     (root / "study" / "killed-job").mkdir()
     return root
 
@@ -29,10 +32,9 @@ def results(tmp_path_factory):
 def tiny(tmp_path_factory):
     """A sweep of two runs: cot at K = 0 and cot_sd at K = 2, 20 problems."""
     root = tmp_path_factory.mktemp("tiny")
-    v = {x.name: x for x in synthetic.SEED_STUDY}
     for name, k in (("cot", 0), ("cot_sd", 2)):
-        synthetic.write_job(root, synthetic.Job("tiny", v[name], "synth_easy", "easy", k,
-                                                n_problems=20))  # fmt: skip
+        job = run_fixtures.Job("tiny", V[name], "synth_easy", "easy", k, n_problems=20)
+        run_fixtures.write_job(root, job)
     return root
 
 
@@ -89,10 +91,9 @@ def test_stale_figures_are_removed_when_their_data_is_gone(tiny, tmp_path):
 
 
 def test_partial_sweep_without_speculation_skips_those_parts(tmp_path):
-    v = {x.name: x for x in synthetic.SEED_STUDY}
     for name in ("base", "cot"):
-        synthetic.write_job(tmp_path / "res", synthetic.Job("p", v[name], "synth_easy", "easy", 0,
-                                                            n_problems=30))  # fmt: skip
+        job = run_fixtures.Job("p", V[name], "synth_easy", "easy", 0, n_problems=30)
+        run_fixtures.write_job(tmp_path / "res", job)
     text = make_report(tmp_path / "res", tmp_path / "out", n_boot=50).read_text()
     assert "Not testable with these runs: needs a draft variant at K > 0" in text
     assert "acceptance vs k**: skipped, no speculative runs (K > 0)" in text
@@ -134,14 +135,17 @@ def test_cli_help_lists_the_options(capsys):
     assert "--results-dir" in capsys.readouterr().out
 
 
-def test_summary_warnings_reach_the_report(tiny, tmp_path):
-    job = next((tiny / "tiny").glob("cot_sd-*"))
+def test_counter_mismatches_and_lossy_runs_reach_the_report(tiny, tmp_path):
+    root = shutil.copytree(tiny, tmp_path / "res")
+    spec = run_fixtures.Job("tiny", V["cot_sd"], "synth_easy", "easy", 2, n_problems=20)
+    recs = run_fixtures.records(spec)
+    lossy = ["changed"] * 10 + [r.output_hash for r in recs[10:]]
+    job = run_fixtures.write_job(root, spec, run_fixtures.with_columns(recs, output_hash=lossy))
     summary = json.loads((job / "summary.json").read_text())
-    try:
-        (job / "summary.json").write_text(json.dumps({**summary, "counter_mismatch": "off by 2",
-                                                      "lossless_fraction": 0.5}))  # fmt: skip
-        text = make_report(tiny, tmp_path / "m", n_boot=50).read_text()
-    finally:
-        (job / "summary.json").write_text(json.dumps(summary))
+    (job / "summary.json").write_text(json.dumps({**summary, "counter_mismatch": "off by 2"}))
+    text = make_report(root, tmp_path / "m", n_boot=50).read_text()
     assert f"counter mismatch in `{job.name}`: off by 2" in text
     assert f"`{job.name}`: only 0.500 of outputs equal the target's own" in text
+    clean = make_report(tiny, tmp_path / "c", n_boot=50).read_text()
+    assert "of outputs equal the target's own" not in clean
+    assert "| lossless |" in clean and "| 1.000 |" in clean
