@@ -56,6 +56,7 @@ _ANSWER_IS = re.compile(
 )
 _FINAL_ANSWER = re.compile(r"final answer is\s*(.+?)\s*(?:\.\s*I hope.*)?\.?\s*$", re.I | re.M)
 _CLOSING = re.compile(r"(?<![\w\\])[a-zA-Z]\s*=\s*([^=$]+?)\s*(?=\$|,?\s+(?:and|or)\s|\.?\s*$)")
+_HEADING = re.compile(r"(?:Step|Part|Case|Stage)\s*\d+\b", re.IGNORECASE)
 _HEDGES = re.compile(
     r"\b(?:try|trying|check|checking|test|testing|suppose|assume|if|plug|plugging|"
     r"substitut\w*|verify|let's|let us|guess|maybe|perhaps)\b",
@@ -103,10 +104,12 @@ def _closing_brace(text: str, opening: int) -> int | None:
 
 
 def _hash_line(text: str) -> str | None:
-    """The rest of the first ``####`` line ("" when it is blank), None without ``####``."""
-    if "####" not in text:
-        return None
-    return text.split("####", 1)[1].split("\n", 1)[0].strip()
+    """The rest of the first ``####`` line ("" when it is blank), None without ``####``.
+
+    Markdown headings such as ``#### Step 1: ...`` are not answer lines.
+    """
+    lines = (part.split("\n", 1)[0].strip() for part in text.split("####")[1:])
+    return next((line for line in lines if not _HEADING.match(line)), None)
 
 
 def _numbers(text: str) -> list[tuple[str, Fraction]]:

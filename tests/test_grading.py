@@ -23,6 +23,8 @@ NUMBER_RULES = {
         ("So 5 more.\n#### The answer is 18 dollars.", "18", True),
         ("####12", "12", True),
         ("answer: 5 #### 6", "6", True),
+        ("#### Step 1: eggs\n16 - 3 - 4 = 9\n#### Step 2: money\n9 * 2 = 18\n#### 18", "18", True),
+        ("#### Step 1: eggs\n16 - 3 - 4 = 9, so 9 * 2 = 18", "18", True),  # headings only
     ],
     "#### without a number is no answer, no fallback": [
         ("She makes 18 dollars.\n####", "18", False),
@@ -146,6 +148,7 @@ MATH_RULES = {
         ("Solving the equation.\nTherefore $x = 5$.", "5", True),
         ("The roots are $x = 2$ and $x = -3$.", "-3, 2", True),
         ("the answer is \\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt3}{2}", True),
+        ("#### Step 1: factor\n(x-5)^2 = 0\nThe answer is $5$.", "5", True),
     ],
     "no committed answer is wrong": [
         ("We get \\boxed{}", "5", False),
