@@ -15,11 +15,7 @@ The curriculum is shaped for a one-million-parameter model trained for minutes: 
 1-9 at every level, the numbers appear in the question in the order they are used, the
 running value stays below ``max_value`` and every answer is a non-negative integer. CoT
 and CoD write equations the same way (spaced), so the CoD format is new in layout only.
-One small table of arithmetic facts serves every level: with values up to 40 and 60 and
-operands up to 12 on the harder levels, most wrong CoT answers (4-layer 128-wide target,
-held-out easy problems) held a wrong sum, and 38% of easy problems were solved; with the
-shared table, wrong sums all but vanished and 60% were (the errors left are operands
-miscopied from the question).
+One small table of arithmetic facts serves every level (why: docs/TINY_WORLD.md).
 """
 
 from __future__ import annotations

@@ -66,6 +66,17 @@ def test_random_pair_loads_and_shares_the_tokenizer(tmp_path):
     assert t_model.config.vocab_size == d_model.config.vocab_size
 
 
+def _chat_rows() -> list[dict]:
+    """Two copies of one easy problem's CoD chat."""
+    problem = synth.generate("easy", "train", 1, 0)[0]
+    return [
+        {
+            "prompt": [{"role": "user", "content": problem.question}],
+            "completion": [{"role": "assistant", "content": solutions(problem)[1]}],
+        }
+    ] * 2
+
+
 def test_sft_pads_a_draft_to_its_targets_vocab_size(tmp_path):
     """Qwen2.5-0.5B has fewer embedding rows than Qwen2.5-14B: the draft is padded."""
     import json
@@ -76,20 +87,38 @@ def test_sft_pads_a_draft_to_its_targets_vocab_size(tmp_path):
 
     target, draft = build_random_pair(tmp_path)
     size = json.loads((target / "config.json").read_text())["vocab_size"]
-    problem = synth.generate("easy", "train", 1, 0)[0]
-    rows = [
-        {
-            "prompt": [{"role": "user", "content": problem.question}],
-            "completion": [{"role": "assistant", "content": solutions(problem)[1]}],
-        }
-    ] * 2
     cfg = compose_train_config(["experiment=tiny", "threads=1"])
     settings = SFTSettings(max_steps=1, batch_size=2, save_steps=10)
     out = tmp_path / "draft_padded"
-    sft(draft, rows, out, settings, cfg, tmp_path / "work", vocab_size=size + 64)
+    sft(draft, _chat_rows(), out, settings, cfg, tmp_path / "work", vocab_size=size + 64)
     assert json.loads((out / "config.json").read_text())["vocab_size"] == size + 64
     with pytest.raises(Exception, match="vocab_size"):
         check_same_vocab(str(target), str(out))
+
+
+def test_lora_sft_saves_the_adapter_and_merge_folds_it_into_the_base(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from train.config import LoraSettings, SFTSettings, compose_train_config
+    from train.merge import merge_lora
+    from train.sft import sft
+
+    target, _ = build_random_pair(tmp_path)
+    cfg = compose_train_config(["experiment=tiny", "threads=1"])
+    lora = LoraSettings(r=4, alpha=8)
+    settings = SFTSettings(
+        max_steps=1, batch_size=2, save_steps=10, learning_rate=0.05, warmup_ratio=0.0, lora=lora
+    )
+    adapter = tmp_path / "adapter"
+    sft(target, _chat_rows(), adapter, settings, cfg, tmp_path / "work")
+    assert (adapter / "adapter_config.json").is_file()
+    assert not (adapter / "config.json").exists()  # an adapter, not a merged model
+    merged = merge_lora(target, adapter, tmp_path / "merged", cfg)
+    base = AutoModelForCausalLM.from_pretrained(target).state_dict()
+    folded = AutoModelForCausalLM.from_pretrained(merged).state_dict()
+    assert base.keys() == folded.keys()  # plain Qwen2 weights, no adapter left
+    assert any(not torch.equal(base[k], folded[k]) for k in base)
 
 
 def test_pretraining_pages_hold_the_full_or_the_terse_solution_after_the_question():

@@ -158,6 +158,7 @@ def train_model(
 
     ``vocab_size`` pads the model's embeddings to that many rows (see :func:`train.sft.sft`).
     """
+    from train.merge import merge_lora
     from train.sft import sft
 
     config = asdict(settings) | ({"vocab_size": vocab_size} if vocab_size else {})
@@ -170,7 +171,10 @@ def train_model(
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     work = Path(cfg.work_dir) / f"{role}-{key}"
-    result = sft(parent.path, rows, tmp, settings, cfg, work, val_rows, vocab_size)
+    trained = tmp if settings.lora is None else work / "adapter"
+    result = sft(parent.path, rows, trained, settings, cfg, work, val_rows, vocab_size)
+    if settings.lora is not None:  # fold the adapter into the parent's weights
+        merge_lora(parent.path, trained, tmp, cfg)
     method = "lora" if settings.lora else "full"
     manifest = Manifest(
         role=role,

@@ -24,7 +24,7 @@ class Manifest:
     """What a model directory was built from and how its training ended."""
 
     role: str  # e.g. target_cot
-    method: str  # random_init | pretrain | lora | full
+    method: str  # lora (adapter merged into its parent) | full (every weight trained)
     trained_from: str  # parent model dir or hub id ("" for a random init)
     key: str  # cache key: hash of parent key, data hash and config
     data_hash: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from train.config import TrainConfig
+from train.loading import load_model
 
 
 def merge_lora(
@@ -13,8 +14,6 @@ def merge_lora(
     """Load ``base_dir``, apply the adapter, ``merge_and_unload`` and save model + tokenizer."""
     from peft import PeftModel
     from transformers import AutoTokenizer
-
-    from train.sft import load_model
 
     merged = PeftModel.from_pretrained(
         load_model(base_dir, cfg), str(adapter_dir)

@@ -1,18 +1,19 @@
-"""Supervised fine-tuning with TRL's ``SFTTrainer``: LoRA (then merged) or full.
+"""Supervised fine-tuning with TRL's ``SFTTrainer``: a LoRA adapter or every weight.
 
 Rows are TRL's prompt-completion format, conversational (``{"prompt": [system, user],
 "completion": [assistant]}``) or plain text (pretraining); the loss is on the completion
 only. Checkpoints go to a work directory and an interrupted run resumes from the last
-one. The result is always a standalone model directory vLLM can load.
+one. A full run saves a standalone model directory vLLM can load; a LoRA run saves the
+adapter, which :func:`train.merge.merge_lora` folds into the base (``train.build`` does).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from train.config import SFTSettings, TrainConfig
+from train.loading import load_model
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,6 @@ class SFTResult:
     final_loss: float
     eval_loss: float | None
     train_seconds: float
-
-    def to_row(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def sft(
@@ -38,10 +36,11 @@ def sft(
     val_rows: list[dict] | None = None,
     vocab_size: int | None = None,
 ) -> SFTResult:
-    """Fine-tune the model in ``base_dir`` on ``rows`` and save a standalone model to ``out_dir``.
+    """Fine-tune the model in ``base_dir`` on ``rows`` and save what was trained to ``out_dir``.
 
-    With ``settings.lora`` the adapter is trained, saved under ``work_dir/adapter`` and
-    merged into the base weights; otherwise every weight is trained. ``vocab_size`` pads
+    With ``settings.lora`` only the adapter is trained and ``out_dir`` is a PEFT adapter
+    directory (merge it with :func:`train.merge.merge_lora`); otherwise every weight is
+    trained and ``out_dir`` is a standalone model with its tokenizer. ``vocab_size`` pads
     the embeddings first (a draft must match its target's, e.g. Qwen2.5-0.5B's 151936
     rows against Qwen2.5-14B's 152064; the padding ids are never in the data).
     """
@@ -76,23 +75,10 @@ def sft(
         trainer.save_model(str(out_dir))
         tokenizer.save_pretrained(str(out_dir))
     else:
-        from train.merge import merge_lora
-
-        adapter = work / "adapter"
-        trainer.model.save_pretrained(str(adapter))
-        merge_lora(base_dir, adapter, out_dir, cfg)
+        trainer.model.save_pretrained(str(out_dir))
     return SFTResult(
         trainer.state.global_step, float(losses[-1]) if losses else float("nan"), eval_loss, seconds
     )
-
-
-def load_model(model_dir: str | Path, cfg: TrainConfig):
-    """A causal LM in fp32 on CPU, or bf16 on CUDA when ``cfg.bf16``."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    dtype = torch.bfloat16 if cfg.device == "cuda" and cfg.bf16 else torch.float32
-    return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
 
 
 def _dataset(dataset_cls, rows: list[dict]):

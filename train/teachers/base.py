@@ -18,8 +18,6 @@ from string import Template
 from harness.problems import Problem
 from train.formats import CodBounds
 
-FINISH_REASONS = ("stop", "length", "blocked", "error")
-
 
 @dataclass(frozen=True)
 class Reply:
@@ -27,7 +25,7 @@ class Reply:
 
     key: str
     text: str | None
-    finish_reason: str  # one of FINISH_REASONS
+    finish_reason: str  # stop | length | blocked | error
     error: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
