@@ -29,6 +29,11 @@ from harness.config import register_configs
 
 register_configs()
 
+if __name__ == "__mp_main__":  # a process vLLM spawned (engine core, workers)
+    from harness.engine import die_with_parent
+
+    die_with_parent()
+
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> str:
@@ -49,8 +54,20 @@ def main(cfg: DictConfig) -> str:
             show(plan([(job, cfg)]), {tuple(job): cfg})
         return "planned"
     hydra_dir = Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir
-    with exit_on_bad_input():
-        return run_or_record_failure(cfg, hydra_dir, keep_going=hydra_cfg.mode == RunMode.MULTIRUN)
+    try:
+        with exit_on_bad_input():
+            return run_or_record_failure(
+                cfg, hydra_dir, keep_going=hydra_cfg.mode == RunMode.MULTIRUN
+            )
+    except KeyboardInterrupt:
+        from harness import results
+
+        print(
+            f"interrupted: job {results.job_name(cfg)} stopped; finished jobs are kept in "
+            f"{results.sweep_dir(cfg)}",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
 
 
 def with_engine_override(argv: list[str], cuda_visible: bool) -> list[str]:
@@ -62,10 +79,20 @@ def with_engine_override(argv: list[str], cuda_visible: bool) -> list[str]:
 if __name__ == "__main__":
     import torch
 
+    from harness import results
     from harness.checks import exit_on_bad_input
-    from harness.config import check_group_overrides
+    from harness.config import check_group_overrides, check_overrides, compose_config
 
     with exit_on_bad_input():
         check_group_overrides(sys.argv[1:])
+        check_overrides(sys.argv[1:])
+        if not {"-m", "--multirun"} & set(sys.argv):  # a multirun's sweeper takes the lock
+            single = compose_config([a for a in sys.argv[1:] if not a.startswith(("-", "hydra"))])
+            if not single.plan:
+                results.lock_sweep(results.sweep_dir(single))
     sys.argv = with_engine_override(sys.argv, torch.cuda.is_available())
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted before the first job started; nothing was written", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -34,9 +34,13 @@ def resolve_model(name: str) -> str:
 
 
 def check_model_dir(key: str, name: str) -> None:
-    """A local model name must be an existing directory."""
-    if looks_local(name) and not Path(name).expanduser().is_dir():
+    """A local model name must be an existing directory with a readable config.json."""
+    if not looks_local(name):
+        return
+    if not Path(name).expanduser().is_dir():
         raise ConfigError(f"{key}={name}: model directory not found")
+    if model_config(name) is None:
+        raise ConfigError(f"{key}={name}: no config.json in the model directory")
 
 
 @lru_cache(maxsize=8)
@@ -120,6 +124,21 @@ def check_prompt_lengths(
             f"{longest} prompt + {max_tokens} max_tokens = {longest + max_tokens} tokens; "
             "raise engine.max_model_len or lower max_tokens"
         )
+
+
+def check_spec_len(k: int, max_model_len: int) -> None:
+    """``k`` draft tokens per step must fit vLLM's limit and the context (k + 1 < max_model_len)."""
+    if k == 0:
+        return
+    if k + 1 >= max_model_len:
+        raise ConfigError(
+            f"spec.k={k}: k draft tokens plus the bonus token must be below "
+            f"engine.max_model_len={max_model_len}"
+        )
+    from vllm.v1.sample.rejection_sampler import MAX_SPEC_LEN
+
+    if k > MAX_SPEC_LEN:
+        raise ConfigError(f"spec.k={k}: vLLM accepts at most {MAX_SPEC_LEN} draft tokens per step")
 
 
 def _bad_input(extra: tuple[type[Exception], ...]) -> tuple[type[Exception], ...]:

@@ -176,6 +176,69 @@ def check_group_overrides(overrides: list[str]) -> None:
             check(option in options, key, option, f"unknown; choose from {', '.join(options)}")
 
 
+_EXPECTED = {"IntegerNode": "an integer", "FloatNode": "a number", "BooleanNode": "true or false"}
+
+
+def _expected(node: Any) -> str:
+    what = _EXPECTED.get(type(node).__name__, "a string")
+    return f"{what} or null" if node._is_optional() else what
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Every ``key=value`` override names a key of the schema and a value of its type (each
+    value of a sweep list), in one line (Hydra's own errors span a screen and exit 1).
+
+    ``+key`` adds entries only to free-form maps (``models.targets``, ``prompts``): a key
+    the schema does not know would run silently and change the config hash. Group choices
+    are :func:`check_group_overrides`'; ``hydra.*``, ``~key`` and interval sweeps are Hydra's.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+    from omegaconf.errors import ValidationError
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([o for o in overrides if "=" in o])
+    except OverrideParseException as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    is_group = [(CONF_DIR / o.key_or_group).is_dir() for o in parsed]
+    groups = [
+        f"{o.key_or_group}={next(iter(o.sweep_iterator())) if o.is_discrete_sweep() else o.value()}"
+        for o, group in zip(parsed, is_group, strict=True)
+        if group and not o.is_hydra_override() and not o.is_delete()
+    ]
+    cfg = compose_config(groups)
+    for o, group in zip(parsed, is_group, strict=True):
+        if group or o.is_hydra_override() or o.is_delete() or o.is_interval_sweep():
+            continue
+        key, shown = o.key_or_group, str(o.input_line).partition("=")[2]
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+        free_form = isinstance(parent, DictConfig) and OmegaConf.get_type(parent) is dict
+        if not isinstance(parent, DictConfig) or (leaf not in parent and not free_form):
+            keys = ", ".join(parent) if isinstance(parent, DictConfig) else "no keys"
+            raise ConfigError(
+                f"{key}={shown}: unknown key ({parent_key or 'the config'} has {keys})"
+            )
+        if leaf not in parent:
+            check(
+                o.is_add() or o.is_force_add(), key, shown, f"no such entry; add one with +{key}="
+            )
+            continue
+        check(not o.is_add(), f"+{key}", shown, f"{key} exists; set it without +")
+        node = parent._get_node(leaf)
+        values = list(o.sweep_iterator()) if o.is_discrete_sweep() else [o.value()]
+        for value in values:
+            if isinstance(node, DictConfig):
+                check(isinstance(value, dict), key, value, f"expected keys ({key}.<key>=<value>)")
+                continue
+            if isinstance(value, str) and "${" in value:
+                continue
+            try:
+                node.validate_and_convert(value)
+            except ValidationError:
+                raise ConfigError(f"{key}={value}: expected {_expected(node)}") from None
+
+
 def has_speculator(variant: Any) -> bool:
     """True when the variant can speculate (spec.k > 0): a draft model or a model-free method."""
     return variant.draft is not None or variant.method != "draft_model"

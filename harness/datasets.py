@@ -33,20 +33,30 @@ from harness.grading import grade, last_boxed
 from harness.problems import Problem
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """(line number, row) pairs; a line that is not a JSON object yields None."""
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """(line number, row) pairs; a line that is not a JSON object yields the reason instead.
+
+    A UTF-8 byte-order mark is tolerated; bytes that are not UTF-8 raise with their line.
+    """
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(
+                    f"{path}: line {lineno}: not UTF-8 (byte {exc.start}: {exc.reason})"
+                ) from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
-                row = None
-            yield lineno, row if isinstance(row, dict) else None
+            except json.JSONDecodeError as exc:
+                yield lineno, f"not JSON ({exc.msg})"
+                continue
+            yield lineno, row if isinstance(row, dict) else "not a JSON object"
 
 
-def _from_hub(cfg: DatasetConfig) -> Iterator[tuple[int, dict[str, Any] | None]]:
+def _from_hub(cfg: DatasetConfig) -> Iterator[tuple[int, dict[str, Any] | str]]:
     try:
         import datasets
 
@@ -59,7 +69,7 @@ def _from_hub(cfg: DatasetConfig) -> Iterator[tuple[int, dict[str, Any] | None]]
     yield from enumerate(rows, start=1)
 
 
-def _rows(cfg: DatasetConfig) -> Iterator[tuple[int, dict[str, Any] | None]]:
+def _rows(cfg: DatasetConfig) -> Iterator[tuple[int, dict[str, Any] | str]]:
     if cfg.path is None:
         return _from_hub(cfg)
     path = Path(cfg.path).expanduser()
@@ -117,23 +127,31 @@ def _keep_math_row(cfg: DatasetConfig, row: dict[str, Any]) -> bool:
     return not cfg.levels or _math_level(row.get("level")) in cfg.levels
 
 
-def _parse(cfg: DatasetConfig, rows: Iterable[tuple[int, dict[str, Any] | None]]) -> list[Problem]:
-    """Rows to problems; malformed rows raise with their line number unless allowed."""
-    problems, bad = [], []
+def _parse(cfg: DatasetConfig, rows: Iterable[tuple[int, dict[str, Any] | str]]) -> list[Problem]:
+    """Rows to problems; malformed rows raise with their line number and cause unless allowed."""
+    problems: list[Problem] = []
+    bad: list[int] = []
+    reason, seen = "", 0
+    where = f"{cfg.path}" if cfg.path else f"{cfg.hf_id}"
     for lineno, row in rows:
-        if row is not None and cfg.source == "math" and not _keep_math_row(cfg, row):
+        seen += 1
+        if isinstance(row, dict) and cfg.source == "math" and not _keep_math_row(cfg, row):
             continue
         make = _gsm8k_problem if cfg.source == "gsm8k" else _math_problem
-        problem = make(cfg, lineno, row) if row is not None else None
+        problem = make(cfg, lineno, row) if isinstance(row, dict) else None
         if problem is None:
             bad.append(lineno)
+            reason = reason or (
+                row if isinstance(row, str) else "missing field or no extractable gold answer"
+            )
         else:
             problems.append(problem)
+    if not seen:
+        raise DatasetError(f"dataset {cfg.name}: {where} has no rows (empty file)")
     if bad and not cfg.allow_malformed:
-        where = f"{cfg.path}" if cfg.path else f"{cfg.hf_id}"
         raise DatasetError(
             f"dataset {cfg.name}: {len(bad)} malformed row(s) in {where} (first at line {bad[0]}: "
-            f"missing field or no extractable gold answer); fix them or set dataset.allow_malformed=true"
+            f"{reason}); fix them or set dataset.allow_malformed=true"
         )
     if bad:
         print(
@@ -166,7 +184,8 @@ def load_problems(cfg: DatasetConfig, limit: int | None = None) -> list[Problem]
         raise DatasetError(f"dataset.source={cfg.source}: unknown; use gsm8k, math or synth")
     if not problems:
         raise DatasetError(
-            f"dataset {cfg.name}: no problems match (check dataset.math_type / levels)"
+            f"dataset {cfg.name}: no problems in {cfg.path or cfg.hf_id} match "
+            "(check dataset.math_type / levels)"
         )
     return select(problems, limit)
 

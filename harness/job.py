@@ -119,7 +119,10 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
     summary = summarize(
         cfg, job, records, wall_s, metrics.counts_delta(before, after), engine, reused
     )
-    results.write_job(job_dir, records, summary, hydra_dir)
+    try:
+        results.write_job(job_dir, records, summary, hydra_dir)
+    except OSError as exc:
+        raise OSError(f"could not write the results to {job_dir} ({exc})") from None
     print(summary.headline())
     return summary
 
@@ -138,7 +141,14 @@ def run_or_record_failure(
         raise
     except Exception as exc:
         name = results.job_name(cfg)
-        results.append_failure(results.sweep_dir(cfg), name, results.config_hash(cfg), exc)
+        try:
+            results.append_failure(results.sweep_dir(cfg), name, results.config_hash(cfg), exc)
+        except OSError as lost:
+            print(
+                f"job {name}: could not record its failure in "
+                f"{results.sweep_dir(cfg) / results.FAILURES} ({lost})",
+                file=sys.stderr,
+            )
         if not keep_going:
             raise
         print(

@@ -172,14 +172,23 @@ def counter_mismatch(per_request: SpecCounts, engine: SpecCounts) -> str | None:
 
 def rejected_positions(
     per_step_accepted: Sequence[int], per_step_drafted: Sequence[int], num_output_tokens: int
-) -> list[int]:
-    """Indices into the output tokens of the target's correction at each rejection.
+) -> list[int] | None:
+    """Indices into the output tokens of the target's correction at each rejection; None
+    when the per-step arrays cannot place them.
 
-    The first output token comes from prefill; each verify step then emits its
+    The first output token comes from prefill; each recorded verify step then emits its
     ``accepted`` draft tokens plus one token of the target's own, which replaces the
-    first rejected draft when ``accepted < drafted``. Positions past the end of the
-    output (a last step cut by a stop condition) are dropped.
+    first rejected draft when ``accepted < drafted``. vLLM records only steps that had
+    drafts; a step without drafts emits one token and leaves no trace, so when the output
+    is longer than prefill plus the recorded steps, those extra tokens sit at unknown
+    places and every later correction shifts: the positions are unknown (None) unless
+    nothing was rejected. A shorter output means a stop condition cut the last step;
+    positions past the end are dropped.
     """
+    emitted = 1 + sum(accepted + 1 for accepted in per_step_accepted)
+    rejected = any(a < d for a, d in zip(per_step_accepted, per_step_drafted, strict=True))
+    if num_output_tokens > emitted and rejected:
+        return None
     positions = []
     end = 1
     for accepted, drafted in zip(per_step_accepted, per_step_drafted, strict=True):

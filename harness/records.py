@@ -30,6 +30,8 @@ class JobInfo:
     temperature: float
     seed: int
     concurrency: int
+    repeat: int = 0  # which run of the job (seed = config seed + repeat)
+    draft_sample_method: str | None = None  # greedy | probabilistic (draft_model only)
 
     def to_row(self) -> dict[str, Any]:
         """Flat dict of the job columns."""
@@ -111,6 +113,14 @@ class RunSummary:
     output_tokens_per_s: float
     spec: SpecCounts | None
     counter_mismatch: str | None
+    # what determines the numbers, by part (``harness.job.run_key``); a re-run compares it
+    run_key: dict[str, str] = field(default_factory=dict, kw_only=True)
+    # provenance (``harness.provenance``): model identity by config key, problems digest,
+    # the checkout's commit and dirtiness, the command line
+    models: dict[str, dict[str, Any]] = field(default_factory=dict, kw_only=True)
+    dataset_digest: str | None = field(default=None, kw_only=True)
+    git: dict[str, Any] = field(default_factory=dict, kw_only=True)
+    command: list[str] = field(default_factory=list, kw_only=True)
 
     def to_row(self) -> dict[str, Any]:
         """The ``summary.json`` object; ``complete`` marks a fully written job."""

@@ -3,8 +3,8 @@
 ``<results_dir>/<sweep>/<job>/`` holds ``requests.parquet`` (the tidy request table),
 ``summary.json`` (``"complete": true``) and ``.hydra/`` (the job's Hydra config). A job
 directory is written in a hidden temp directory and renamed into place, so a killed
-job leaves nothing behind. A job whose complete results carry the same config hash is
-skipped on re-run. Failed jobs are appended to ``<results_dir>/<sweep>/failures.jsonl``.
+job leaves nothing behind. A job whose complete results carry the same run key (config,
+models, problems, prompts, versions: ``harness.job.run_key``) is skipped on re-run. Failed jobs are appended to ``<results_dir>/<sweep>/failures.jsonl``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ SUMMARY = "summary.json"
 REQUESTS = "requests.parquet"
 FAILURES = "failures.jsonl"
 # Keys that do not change what a job computes: left out of the config hash.
-UNHASHED_KEYS = ("force", "plan", "results_dir", "sweep")
+# ``repeats``/``repeat`` only label runs: each repeat's seed is in its config.
+UNHASHED_KEYS = ("force", "plan", "results_dir", "sweep", "repeats", "repeat")
 
 
 def arrow_type(hint: Any) -> Any:
@@ -53,11 +54,13 @@ def request_schema() -> Any:
 
 
 def job_name(cfg: Any) -> str:
-    """Readable, unique-per-sweep name: ``<variant>-<dataset>-k<K>-c<conc>-s<seed>-t<temp>-n<limit>``."""
+    """Readable, unique-per-sweep name: ``<variant>-<dataset>-k<K>-c<conc>-s<seed>-t<temp>-n<limit>``,
+    plus ``-r<repeat>`` for repeats after the first."""
     limit = "all" if cfg.limit is None else cfg.limit
+    repeat = f"-r{cfg.repeat}" if cfg.repeat else ""
     return (
         f"{cfg.variant.name}-{cfg.dataset.name}-k{cfg.spec.k}-c{cfg.concurrency}"
-        f"-s{cfg.seed}-t{cfg.temperature:g}-n{limit}"
+        f"-s{cfg.seed}-t{cfg.temperature:g}-n{limit}{repeat}"
     )
 
 
@@ -91,6 +94,16 @@ def read_summary(job_dir: Path) -> dict[str, Any] | None:
     return summary if complete else None
 
 
+def changed_parts(job_dir: Path, run_key: dict[str, str]) -> list[str] | None:
+    """The parts of ``run_key`` that differ from the stored complete run's (parts either
+    side lacks count as changed); None when there is no complete run."""
+    summary = read_summary(job_dir)
+    if summary is None:
+        return None
+    stored = summary.get("run_key") or {}
+    return [p for p in {**stored, **run_key} if stored.get(p) != run_key.get(p)]
+
+
 def is_complete(job_dir: Path, config_hash: str) -> bool:
     """True when the job's complete results were computed from the same config."""
     summary = read_summary(job_dir)
@@ -122,6 +135,44 @@ def write_job(
         job_dir.rename(old)
     tmp.rename(job_dir)
     shutil.rmtree(old, ignore_errors=True)
+
+
+LOCK = ".lock"
+_held: dict[Path, int] = {}  # sweep dir -> open lock file descriptor (held until exit)
+
+
+def lock_sweep(sweep: Path) -> None:
+    """Take ``<sweep>/.lock`` for this process (the kernel drops it when the process dies).
+
+    Raises:
+        ConfigError: the directory cannot be written, or another live process holds the
+            lock (named by pid, host and start time).
+    """
+    import fcntl
+    import socket
+
+    from harness.config import ConfigError
+
+    sweep = sweep.resolve()
+    if sweep in _held:
+        return
+    try:
+        sweep.mkdir(parents=True, exist_ok=True)
+        fd = os.open(sweep / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"results_dir: cannot write {sweep} ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(
+            f"{sweep}: another sweep is writing here ({holder}); wait for it or use sweep=<name>"
+        ) from None
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {started}\n".encode())
+    _held[sweep] = fd
 
 
 def append_failure(sweep: Path, job: str, config_hash: str, error: BaseException) -> None:

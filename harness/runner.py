@@ -20,6 +20,7 @@ from harness.checks import (
     check_model_dir,
     check_prompt_lengths,
     check_same_vocab,
+    check_spec_len,
     load_tokenizer,
 )
 from harness.config import validate
@@ -94,6 +95,7 @@ def prepare(cfg: Any) -> PreparedJob:
         DatasetError: problems that cannot be loaded.
     """
     validate(cfg)
+    check_spec_len(cfg.spec.k, cfg.engine.max_model_len)
     info = job_info(cfg)
     check_model_dir(f"models.targets.{cfg.variant.target}", info.target)
     if cfg.spec.k > 0 and cfg.variant.draft is not None:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from harness.config import ConfigError, has_speculator, validate
 from harness.engine import EngineSpec
 from harness.results import config_hash, job_name, resolved_config
@@ -73,12 +75,14 @@ def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
     """Filter and order ``(overrides, composed config)`` pairs (see the module docstring).
 
     Raises:
-        ConfigError: a kept combination has another bad value, or two kept combinations
+        ConfigError: any combination has a bad value (checked before dropping), none is
+            left to run, or two kept combinations
             differ only in keys the job name leaves out (they would share a directory).
     """
+    for _, cfg in jobs:  # every combination, the ones dropped below too
+        dropped = cfg.spec.k > 0 and not has_speculator(cfg.variant)
+        validate(OmegaConf.merge(cfg, {"spec": {"k": 0}}) if dropped else cfg)
     runnable = [(list(o), c) for o, c in jobs if c.spec.k == 0 or has_speculator(c.variant)]
-    for _, cfg in runnable:
-        validate(cfg)
     draftless = {
         _baseline_identity(c)
         for _, c in runnable
@@ -90,6 +94,11 @@ def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
         if not (c.spec.k == 0 and has_speculator(c.variant) and _baseline_identity(c) in draftless)
     ]
 
+    if not kept:
+        raise ConfigError(
+            f"sweep: none of its {len(jobs)} combinations can run (spec.k>0 needs a variant "
+            "with a draft model or a model-free method); nothing to do"
+        )
     _check_unique_names(kept)
     first: dict[Any, int] = {}
 

@@ -6,6 +6,7 @@ Compute (:mod:`reports.tables`), draw (:mod:`reports.figures`), write
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from reports import bootstrap, figures, load, markdown, tables
@@ -20,11 +21,15 @@ def make_report(
 ) -> Path:
     """Load, aggregate, draw and write the report into ``out_dir``; return REPORT.md.
 
+    Runs skipped as partial or corrupt are listed on stderr (and in REPORT.md).
+
     Raises:
         ValueError: a named sweep does not exist.
     """
     out = Path(out_dir)
     results = load.load(results_dir, sweeps)
+    for skipped in results.skipped:
+        print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
     computed = tables.build_tables(results, n_boot, seed)
     fig_dir = out / "figures"
     for old in fig_dir.glob("*.png") if fig_dir.is_dir() else []:

@@ -93,6 +93,15 @@ def test_rejected_positions_skip_a_last_step_cut_by_the_stop_condition():
     assert metrics.rejected_positions([2, 1], [2, 2], num_output_tokens=5) == []
 
 
+def test_rejected_positions_are_unknown_when_draftless_steps_emitted_unplaced_tokens():
+    # prefill, a draftless step (token 1, not recorded), then the recorded steps: accepts
+    # 0 of 2 (token 2 is the correction), accepts 1 of 2 (tokens 3-4, 4 is the correction).
+    # Counting only recorded steps would name tokens 1 and 3: wrong tokens, not unknown.
+    assert metrics.rejected_positions([0, 1], [2, 2], num_output_tokens=5) is None
+    # nothing rejected: no positions to place, whatever the draftless steps
+    assert metrics.rejected_positions([2, 2], [2, 2], num_output_tokens=9) == []
+
+
 def test_output_hash_is_equal_exactly_for_equal_token_ids():
     assert metrics.output_hash([1, 2, 3]) == metrics.output_hash((1, 2, 3))
     assert metrics.output_hash([1, 2, 3]) != metrics.output_hash([1, 23])

@@ -52,6 +52,7 @@ def test_cuda_engine_arguments():
         "method": "draft_model",
         "model": str(ROOT / "models/qwen2.5/draft_cot"),
         "num_speculative_tokens": 3,
+        "draft_sample_method": "greedy",
     }
     assert "gpu_memory_gb" not in kwargs  # the pre-flight's, not vLLM's
 

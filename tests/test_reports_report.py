@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
+import sys
 
 import matplotlib.image as mpimg
 import pytest
@@ -107,7 +109,8 @@ def _run(argv: list[str]) -> int:
 
 
 def test_cli_without_results_says_so_and_exits_zero(tmp_path, capsys):
-    code = _run(["--results-dir", str(tmp_path / "none"), "--out-dir", str(tmp_path / "o")])
+    (tmp_path / "empty").mkdir()
+    code = _run(["--results-dir", str(tmp_path / "empty"), "--out-dir", str(tmp_path / "o")])
     assert code == 0
     out = capsys.readouterr().out
     assert "No complete runs found" in out
@@ -126,6 +129,28 @@ def test_cli_unknown_sweep_is_one_error_line(results, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0
     assert "sweep 'nope' not found" in err and "study" in err
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "reports", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_missing_results_dir_is_one_error_line(tmp_path):
+    run = _cli("--results-dir", str(tmp_path / "typo"), "--out-dir", str(tmp_path / "o"))
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        f"error: --results-dir={tmp_path / 'typo'}: no such directory"
+    ]
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_prints_runs_skipped_as_corrupt(tiny, tmp_path):
+    root = shutil.copytree(tiny, tmp_path / "results")
+    (root / "tiny" / "killed-job").mkdir()
+    run = _cli("--results-dir", str(root), "--out-dir", str(tmp_path / "o"), "--bootstrap", "20")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert f"skipped {root / 'tiny' / 'killed-job'}: partial: no summary.json" in run.stderr
 
 
 def test_cli_help_lists_the_options(capsys):

@@ -21,7 +21,8 @@ SUMMARY_KEYS = {
     *("dataset", "difficulty", "prompt_style", "concurrency", "seed", "temperature"),
     *("config", "config_hash", "versions", "hardware", "engine_start_s", "engine_reused"),
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
-    *("spec", "counter_mismatch"),
+    *("spec", "counter_mismatch", "repeat", "draft_sample_method"),
+    *("run_key", "models", "dataset_digest", "git", "command"),  # provenance
 }
 
 
@@ -80,6 +81,9 @@ def test_job_name_is_readable_and_names_every_job_axis():
     assert results.job_name(cfg) == "cot_sd-synth_hard-k3-c1-s0-t0-n20"
     cfg = compose_config(["temperature=0.7", "concurrency=4", "seed=2", "limit=null"])
     assert results.job_name(cfg) == "base-synth_easy-k0-c4-s2-t0.7-nall"
+    assert results.job_name(compose_config(["seed=3", "repeat=2", "limit=5"])).endswith(
+        "-s3-t0-n5-r2"
+    )
 
 
 def test_config_hash_ignores_where_results_go_and_force_but_not_the_job():

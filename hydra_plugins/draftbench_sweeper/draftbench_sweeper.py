@@ -48,6 +48,8 @@ class DraftbenchSweeper(BasicSweeper):
 
                 show(planned, configs)
                 return []
+            for job in planned.jobs:  # one sweep per results directory at a time
+                results.lock_sweep(results.sweep_dir(configs[tuple(job)]))
             for job in planned.jobs:
                 cfg = configs[tuple(job)]
                 done = results.sweep_dir(cfg) / results.job_name(cfg)

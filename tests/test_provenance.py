@@ -1,0 +1,113 @@
+"""Run keys, model identity, provenance, repeats and the draft sample method (no engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from harness import provenance, results
+from harness.config import ConfigError, compose_config, validate
+from harness.engine import EngineSpec
+from harness.job import models_used, repeat_configs, run_key
+from harness.runner import job_info, prepare
+from train.manifest import Manifest, write_manifest
+
+
+@pytest.fixture
+def own_pair(tiny_pair, tmp_path):
+    """A copy of the tiny pair this test may change."""
+    target, draft = tiny_pair
+    return shutil.copytree(target, tmp_path / "target"), shutil.copytree(draft, tmp_path / "draft")
+
+
+def _overrides(pair, tmp_path, *extra: str) -> list[str]:
+    target, draft = pair
+    return [
+        f"models.targets.cot={target}",
+        f"models.drafts.cot={draft}",
+        f"results_dir={tmp_path / 'results'}",
+        "limit=3",
+        "variant=cot_sd",
+        "spec.k=2",
+        *extra,
+    ]
+
+
+def _key(cfg) -> dict[str, str]:
+    job = prepare(cfg)
+    return run_key(cfg, job, models_used(cfg, job))
+
+
+def test_swapped_weights_change_the_identity_even_under_the_same_manifest(own_pair):
+    target, draft = own_pair
+    manifest = Manifest("target_cot", "full", "", "key1", "d", {}, 1, None, None, 1.0, 1)
+    write_manifest(target, manifest)
+    before = provenance.model_identity(str(target))
+    assert before["manifest_key"] == "key1"
+    weights = target / "model.safetensors"
+    shutil.copy(draft / "model.safetensors", weights)  # another model's weights, same name
+    after = provenance.model_identity(str(target))
+    assert after["manifest_key"] == "key1" and after["digest"] != before["digest"]
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # nothing changes: same id
+    assert provenance.model_identity(str(target)) == after
+
+
+def test_a_hub_id_without_a_cached_copy_is_its_name():
+    identity = provenance.model_identity("no-such-org/no-such-model")
+    assert identity["model"] == "no-such-org/no-such-model" and identity["revision"] is None
+
+
+def test_the_run_key_names_what_changed(own_pair, tmp_path):
+    cfg = compose_config(_overrides(own_pair, tmp_path))
+    key = _key(cfg)
+    assert set(key) == {
+        "config", "model models.targets.cot", "model models.drafts.cot", "problems",
+        "system prompt", "draftbench", "vllm",
+    }  # fmt: skip
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / results.REQUESTS).write_bytes(b"")
+    (job_dir / results.SUMMARY).write_text(json.dumps({"complete": True, "run_key": key}))
+    assert results.changed_parts(job_dir, key) == []
+    shutil.copy(own_pair[1] / "model.safetensors", own_pair[0] / "model.safetensors")
+    assert results.changed_parts(job_dir, _key(cfg)) == ["model models.targets.cot"]
+    # the same config hash, other problems: the synthetic generator's seed
+    other = compose_config(_overrides(own_pair, tmp_path, "dataset.seed=5"))
+    changed = results.changed_parts(job_dir, _key(other))
+    assert "problems" in changed and "model models.drafts.cot" not in changed
+    assert results.changed_parts(tmp_path / "missing", key) is None
+
+
+def test_provenance_names_versions_hardware_and_the_checkout():
+    assert set(provenance.versions()) == {"python", "vllm", "torch", "transformers", "draftbench"}
+    assert provenance.versions()["vllm"]
+    machine = provenance.hardware("cpu")
+    assert machine["cpu"] and machine["cpu_count"] >= 1
+    assert {"gpu", "gpu_count", "gpu_memory_gib", "gpu_driver"} <= set(machine)
+    git = provenance.git_state()
+    assert git["commit"] is None or (len(git["commit"]) == 40 and isinstance(git["dirty"], bool))
+
+
+def test_repeats_run_new_seeds_under_their_own_names():
+    configs = repeat_configs(compose_config(["repeats=3", "seed=4", "limit=2"]))
+    assert [(c.seed, c.repeat) for c in configs] == [(4, 0), (5, 1), (6, 2)]
+    names = [results.job_name(c) for c in configs]
+    assert names[0].endswith("-s4-t0-n2") and names[2].endswith("-s6-t0-n2-r2")
+    assert [job_info(c).repeat for c in configs] == [0, 1, 2]
+    with pytest.raises(ConfigError, match="repeats=0"):
+        validate(compose_config(["repeats=0"]))
+
+
+def test_the_draft_sample_method_reaches_vllm_and_the_job_columns():
+    cfg = compose_config(["variant=cot_sd", "spec.k=2", "spec.draft_sample_method=probabilistic"])
+    spec_config = EngineSpec.from_config(cfg).llm_kwargs()["speculative_config"]
+    assert spec_config["draft_sample_method"] == "probabilistic"
+    assert job_info(cfg).draft_sample_method == "probabilistic"
+    assert job_info(compose_config(["variant=cot_sd", "spec.k=2"])).draft_sample_method == "greedy"
+    assert job_info(compose_config(["variant=cot"])).draft_sample_method is None
+    with pytest.raises(ConfigError, match=r"spec\.draft_sample_method=sampled"):
+        validate(compose_config(["variant=cot_sd", "spec.k=2", "spec.draft_sample_method=sampled"]))
