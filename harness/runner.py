@@ -25,7 +25,7 @@ from harness.checks import (
 )
 from harness.config import validate
 from harness.datasets import load_problems
-from harness.engine import EngineSpec
+from harness.engine import WARMUP_TOKENS, EngineSpec
 from harness.grading import grade
 from harness.problems import Problem
 from harness.prompts import build_messages, prompt_token_ids
@@ -49,13 +49,16 @@ class PreparedJob:
     spec: EngineSpec
     requests: tuple[Request, ...]
     max_tokens: int
+    warmup: int = 0  # warm-up rounds before the recorded requests
 
-    def sampling_params(self) -> Any:
+    def sampling_params(self, max_tokens: int | None = None) -> Any:
         """vLLM sampling parameters (the seed is per request, not per engine)."""
         from vllm import SamplingParams
 
         return SamplingParams(
-            temperature=self.info.temperature, seed=self.info.seed, max_tokens=self.max_tokens
+            temperature=self.info.temperature,
+            seed=self.info.seed,
+            max_tokens=max_tokens or self.max_tokens,
         )
 
 
@@ -82,6 +85,12 @@ def job_info(cfg: Any) -> JobInfo:
         temperature=float(cfg.temperature),
         seed=cfg.seed,
         concurrency=cfg.concurrency,
+        repeat=cfg.repeat,
+        draft_sample_method=(
+            cfg.spec.draft_sample_method
+            if cfg.spec.k > 0 and cfg.variant.method == "draft_model"
+            else None
+        ),
     )
 
 
@@ -114,7 +123,7 @@ def prepare(cfg: Any) -> PreparedJob:
         cfg.max_tokens,
         cfg.engine.max_model_len,
     )
-    return PreparedJob(info, spec, tuple(requests), cfg.max_tokens)
+    return PreparedJob(info, spec, tuple(requests), cfg.max_tokens, cfg.warmup)
 
 
 def generate(
@@ -161,12 +170,12 @@ def to_record(info: JobInfo, request: Request, output: Any, tokenizer: Any) -> R
     verdict = grade(completion.text, request.problem.gold_answer, request.problem.answer_style)
     spec = completion.spec_decode_metrics
     counts = metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens) if spec else None
-    rejections = None
-    if spec is not None:
-        positions = metrics.rejected_positions(
-            spec.per_step_accepted, spec.per_step_drafted, len(ids)
-        )
-        rejections = tuple(tokenizer.decode([ids[i]]) for i in positions)
+    positions = (
+        metrics.rejected_positions(spec.per_step_accepted, spec.per_step_drafted, len(ids))
+        if spec
+        else None
+    )
+    rejections = None if positions is None else tuple(tokenizer.decode([ids[i]]) for i in positions)
     return RequestRecord(
         job=info,
         problem_id=request.problem.id,
@@ -202,25 +211,40 @@ def to_record(info: JobInfo, request: Request, output: Any, tokenizer: Any) -> R
     )
 
 
+def warm_up(job: PreparedJob, llm: Any) -> None:
+    """``job.warmup`` unrecorded rounds of min(concurrency, problems) of the job's own prompts
+    at its concurrency and sampling settings, a few tokens each (as vLLM's benchmarks warm up)."""
+    width = min(job.info.concurrency, len(job.requests))
+    prompts = [r.prompt_token_ids for r in job.requests[:width]] * job.warmup
+    params = job.sampling_params(min(WARMUP_TOKENS, job.max_tokens))
+    generate(llm, prompts, params, job.info.concurrency, lambda index, output: None)
+
+
 def run(job: PreparedJob, llm: Any, progress: bool = True) -> tuple[list[RequestRecord], float]:
     """Generate every request of ``job``; returns the records (problem order) and wall seconds.
 
-    The progress bar shows problems done, output tokens/s and acceptance so far.
+    Generation only keeps vLLM's finished outputs (ids, text, timestamps, spec metrics);
+    grading, decoding and records come after it, so no request waits on them and the wall
+    time is generation's. The progress bar shows problems done, output tokens/s and
+    acceptance so far.
     """
     from tqdm import tqdm
 
     tokenizer = load_tokenizer(job.spec.target)
-    records: list[RequestRecord | None] = [None] * len(job.requests)
+    outputs: dict[int, Any] = {}
     totals = {"tokens": 0, "drafted": 0, "accepted": 0}
     bar = tqdm(total=len(job.requests), desc=job.info.run_id, unit="req", disable=not progress)
     tic = time.perf_counter()
 
     def on_output(index: int, output: Any) -> None:
-        record = to_record(job.info, job.requests[index], output, tokenizer)
-        records[index] = record
-        totals["tokens"] += record.output_tokens
-        totals["drafted"] += record.num_draft_tokens or 0
-        totals["accepted"] += record.num_accepted_tokens or 0
+        outputs[index] = output
+        completion = output.outputs[0]
+        totals["tokens"] += len(completion.token_ids)
+        spec = completion.spec_decode_metrics
+        if spec is not None:
+            counts = metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens)
+            totals["drafted"] += counts.num_draft_tokens
+            totals["accepted"] += counts.num_accepted_tokens
         postfix = {
             "tok/s": f"{metrics.tokens_per_s(totals['tokens'], time.perf_counter() - tic):.1f}"
         }
@@ -241,4 +265,5 @@ def run(job: PreparedJob, llm: Any, progress: bool = True) -> tuple[list[Request
     finally:
         bar.close()
     wall = time.perf_counter() - tic
-    return [r for r in records if r is not None], wall
+    records = [to_record(job.info, job.requests[i], outputs[i], tokenizer) for i in sorted(outputs)]
+    return records, wall
