@@ -75,9 +75,10 @@ data-report: install models ## figures + markdown on the training sets
 # ARGS="... plan=true" only prints the plan: no models are built and no report is made.
 PLAN := $(filter plan=true,$(ARGS))
 
-sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override with ARGS="..."), then the report
+# The report step reads the runs this sweep wrote: its results_dir and sweep name (from ARGS).
+sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override with ARGS="..."), then its report
 	$(PY) -m harness -m $(ARGS)
-	$(if $(PLAN),,$(MAKE) --no-print-directory report)
+	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) $(ARGS))
 
 report: install ## figures + REPORT.md from every stored run
 	$(PY) -m reports $(REPORT_ARGS)

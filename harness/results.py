@@ -69,6 +69,32 @@ def sweep_dir(cfg: Any) -> Path:
     return Path(cfg.results_dir) / cfg.sweep
 
 
+# The overrides that decide where a sweep writes (``sweep`` defaults to the experiment's name).
+LOCATION_KEYS = ("results_dir", "sweep", "experiment")
+
+
+def sweep_dirs(overrides: Sequence[str]) -> list[Path]:
+    """``<results_dir>/<sweep>`` of each sweep ``python -m harness -m <overrides>`` writes.
+
+    Only :data:`LOCATION_KEYS` count (a list of values gives one directory per value);
+    every other override is ignored.
+    """
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from harness.config import check_group_overrides, compose_config
+
+    choices = []
+    for o in OverridesParser.create().parse_overrides([o for o in overrides if "=" in o]):
+        if o.key_or_group in LOCATION_KEYS and not o.is_delete():
+            values = o.sweep_iterator() if o.is_discrete_sweep() else [o.value()]
+            choices.append([f"{o.key_or_group}={v}" for v in values])
+    check_group_overrides([item for values in choices for item in values])
+    dirs = [sweep_dir(compose_config(list(c))) for c in itertools.product(*choices)]
+    return list(dict.fromkeys(dirs))
+
+
 def resolved_config(cfg: Any) -> dict[str, Any]:
     """The job config as a plain dict, interpolations resolved, without Hydra's node."""
     from omegaconf import OmegaConf

@@ -3,6 +3,8 @@
     python -m reports                               # every sweep under results/
     python -m reports --sweep tiny --name tiny      # one sweep
     python -m reports --results-dir results --out-dir reports/out --bootstrap 2000
+    python -m reports results_dir=DIR experiment=smollm2  # the sweep(s) `python -m harness -m`
+                                                          # with these overrides wrote
 
 Writes ``<out-dir>/<name>/REPORT.md``, ``figures/*.png``, ``aggregates.csv``, ``fits.csv``.
 """
@@ -22,7 +24,6 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--results-dir",
         type=Path,
-        default=Path("results"),
         help="where the harness wrote results/<sweep>/<job>/ (default: results)",
     )
     parser.add_argument(
@@ -49,6 +50,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help=f"bootstrap replicates per interval (default: {bootstrap.N_BOOT})",
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="the overrides of a `python -m harness -m` run: report the sweep(s) it wrote "
+        "(its results_dir, sweep and experiment; other keys are ignored)",
+    )
 
 
 @command(ValueError)
@@ -58,6 +66,11 @@ def main(args: argparse.Namespace) -> int:
 
     if args.bootstrap < 10:
         raise ValueError(f"--bootstrap={args.bootstrap}: use at least 10 replicates")
+    if args.overrides:
+        if args.results_dir or args.sweeps:
+            raise ValueError("give --results-dir/--sweep or harness overrides, not both")
+        args.results_dir, args.sweeps = _written_sweeps(args.overrides)
+    args.results_dir = args.results_dir or Path("results")
     if not args.results_dir.is_dir():
         print(f"error: --results-dir={args.results_dir}: no such directory", file=sys.stderr)
         return 2
@@ -69,6 +82,17 @@ def main(args: argparse.Namespace) -> int:
     first = path.read_text().split("\n\n")[1]
     print(first)
     return 0
+
+
+def _written_sweeps(overrides: list[str]) -> tuple[Path, list[str]]:
+    """The results_dir and sweep names a harness multirun with ``overrides`` writes."""
+    from harness.results import sweep_dirs
+
+    dirs = sweep_dirs(overrides)
+    roots = sorted({str(d.parent) for d in dirs})
+    if len(roots) > 1:
+        raise ValueError(f"results_dir={','.join(roots)}: one report reads one results_dir")
+    return dirs[0].parent, [d.name for d in dirs]
 
 
 if __name__ == "__main__":

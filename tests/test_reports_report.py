@@ -174,3 +174,26 @@ def test_counter_mismatches_and_lossy_runs_reach_the_report(tiny, tmp_path):
     clean = make_report(tiny, tmp_path / "c", n_boot=50).read_text()
     assert "of outputs equal the target's own" not in clean
     assert "| lossless |" in clean and "| 1.000 |" in clean
+
+
+def test_cli_given_a_sweeps_overrides_reports_only_the_runs_that_sweep_wrote(tiny, tmp_path):
+    """`make sweep ARGS=...` hands its overrides to the report: results_dir and the sweep
+    name of the experiment (smollm2 here), not results/ and not the other sweep."""
+    root = shutil.copytree(tiny, tmp_path / "elsewhere")
+    for name, k in (("cot", 0), ("cot_sd", 2)):
+        job = run_fixtures.Job("smollm2", V[name], "synth_easy", "easy", k, n_problems=20)
+        run_fixtures.write_job(root, job)
+    out = tmp_path / "o"
+    run = _cli(f"results_dir={root}", "experiment=smollm2", "variant=cot,cot_sd", "spec.k=0,2",
+               "--out-dir", str(out), "--bootstrap", "20")  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert f"wrote {out / 'smollm2' / 'REPORT.md'}" in run.stdout
+    assert "runs from 1 sweep(s)" in run.stdout
+
+
+def test_cli_sweep_overrides_and_sweep_options_together_are_one_error(tiny, tmp_path, capsys):
+    code = _run(["--sweep", "tiny", f"results_dir={tiny}", "--out-dir", str(tmp_path)])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: give --results-dir/--sweep or harness overrides, not both"
+    )
