@@ -375,17 +375,18 @@ REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], s
     ),
     (
         "theory_speedup_vs_cost",
-        "Measured TPOT speedup at the fitted cost ratio c against the "
-        "analytical speedup curves; the K used to fit c sits on its curve by construction.",
+        "Measured TPOT speedup per K beside the cost model E x T_target / T_step(K) "
+        "(calibrated step time), the simple model E/(Kc+1) with measured c, and the "
+        "pre-flight estimate where it exists.",
         fig_theory_cost,
-        "no speculative run with a baseline to fit c",
+        "no speculative run with a calibration (python -m harness.calibrate)",
     ),
     (
         "theory_best_k",
-        "Each draft variant's measured a and fitted c on the analytical best-K "
-        "map, with its measured and predicted best K.",
+        "Each draft variant's measured a and measured c on the simple model's best-K "
+        "map, with its measured best K and the cost model's predicted best K.",
         fig_theory_best_k,
-        "no speculative run with a baseline to fit c",
+        "no speculative run with a calibration (python -m harness.calibrate)",
     ),
 )
 

@@ -1,31 +1,144 @@
-"""The analytical model fitted to measured runs: a, c, predicted and measured best K.
+"""The cost model against measurement: predicted TPOT speedups, and best K per draft
+configuration.
 
-For each draft configuration (a group of :data:`reports.aggregate.GROUP` without K):
+Per K > 0 group (:func:`with_predictions`, columns added to the aggregates):
 
-- a: per-token acceptance, pooled over every K of the configuration, from per-request
-  per-position counts (the MLE of :func:`reports.theory.alpha_mle`), with a bootstrap CI;
-  ``alpha_vllm`` is the same estimate from vLLM's global per-position counters in the
-  run summaries, as a cross-check.
-- c: the effective draft/target cost ratio that makes the model reproduce the TPOT
-  speedup measured at the smallest K (:func:`reports.theory.cost_ratio_from_speedup`);
-  its interval maps the speedup's CI at that fixed a. It absorbs whatever the model
-  leaves out: verification dearer than one target step, scheduling, KV-cache rollback.
-- the best K predicted for (a, c), and the best K measured (K = 0 counts, speedup 1).
+- E: tokens per verify step from the group's conditional per-position acceptance
+  (:func:`reports.theory.expected_tokens_from_rates`; no flatness assumed).
+- T_target: the K = 0 baseline's mean TPOT; T_step: the calibrated seconds per verify
+  step of the group's engine spec at its concurrency (``harness.calibrate``), never the
+  group's own timing. ``speedup_tpot_predicted`` = E x T_target / T_step.
+- ``speedup_tpot_predicted_simple`` = E / (K c + 1) with c = T_draft / T_target, both
+  calibrated per token at K = 0 (the draft run as a target).
+- ``acceptance_preflight``, ``mean_acceptance_length_preflight``: the estimate from the
+  K = 0 baseline's outputs (``harness.preflight``) pooled over its runs;
+  ``speedup_tpot_preflight`` uses it for E. Columns are NaN without the files.
+
+Per draft configuration (:func:`fit`, a group of :data:`reports.aggregate.GROUP` without
+K): a pooled over its K (per-position MLE with a bootstrap CI, and from vLLM's counters),
+the measured c, the best K predicted by the cost model and by the pre-flight estimate
+(K = 0 counts, speedup 1) and the best K measured, with whether they agree: the same K,
+or the predicted K's measured speedup inside the measured best K's 95% CI.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from reports import aggregate, bootstrap, theory
+from reports import aggregate, bootstrap, load, theory
 
 CONFIG = tuple(c for c in aggregate.GROUP if c != "k")
 ALPHA = next(r for r in aggregate.RATIOS if r.name == "alpha")
 COLUMNS = (
-    *CONFIG, "ks", "alpha", "alpha_lo", "alpha_hi", "alpha_vllm", "c", "c_lo", "c_hi",
-    "c_from_k", "best_k_predicted", "speedup_predicted", "best_k_measured", "speedup_measured",
+    *CONFIG, "ks", "alpha", "alpha_lo", "alpha_hi", "alpha_vllm", "c", "best_k_predicted",
+    "speedup_predicted", "best_k_preflight", "best_k_measured", "speedup_measured",
+    "speedup_measured_lo", "speedup_measured_hi", "speedup_at_predicted", "best_k_agrees",
 )  # fmt: skip
+PREDICTED = (
+    "t_target_s", "t_step_s", "c", "speedup_tpot_predicted", "speedup_tpot_predicted_simple",
+    "acceptance_preflight", "mean_acceptance_length_preflight", "speedup_tpot_preflight",
+)  # fmt: skip
+WITHIN = 0.10  # the model check: |measured / predicted - 1| <= WITHIN
+
+
+def calibration(runs: pd.DataFrame) -> pd.DataFrame:
+    """The calibration files of the runs' sweeps: sweep_id, target, draft, k, concurrency,
+    per_unit_s (s per token at K = 0, per verify step at K > 0)."""
+    from harness import calibrate
+
+    cols = ["sweep_id", "target", "draft", "k", "concurrency", "per_unit_s"]
+    if runs.empty:
+        return pd.DataFrame(columns=cols)
+    sweeps = runs.groupby("sweep_id")["path"].first()
+    rows = [{"sweep_id": sweep, **row} for sweep, path in sweeps.items()
+            for row in calibrate.table(Path(path).parent)]  # fmt: skip
+    cal = pd.DataFrame(rows, columns=cols)
+    return cal.assign(draft=cal["draft"].fillna(load.NO_DRAFT))
+
+
+def preflights(runs: pd.DataFrame) -> pd.DataFrame:
+    """Pre-flight counts of the K = 0 runs, pooled per baseline, draft and K."""
+    from harness import preflight
+
+    keys = [*aggregate.BASELINE, "draft", "k"]
+    sums = ["num_drafts", "num_draft_tokens", "num_accepted_tokens"]
+    rows = []
+    for _, run in runs[runs["k"] == 0].iterrows() if not runs.empty else []:
+        for draft, result in preflight.read(Path(run["path"])).items():
+            for k, counts in result["ks"].items():
+                base = {c: run[c] for c in aggregate.BASELINE}
+                rows.append({**base, "draft": draft, "k": int(k), **{c: counts[c] for c in sums}})
+    if not rows:
+        return pd.DataFrame(columns=[*keys, "acceptance_preflight",
+                                     "mean_acceptance_length_preflight"])  # fmt: skip
+    pooled = pd.DataFrame(rows).groupby(keys, dropna=False)[sums].sum().reset_index()
+    pooled["acceptance_preflight"] = pooled["num_accepted_tokens"] / pooled["num_draft_tokens"]
+    pooled["mean_acceptance_length_preflight"] = (
+        1 + pooled["num_accepted_tokens"] / pooled["num_drafts"]
+    )
+    return pooled.drop(columns=sums)
+
+
+def with_predictions(
+    table: pd.DataFrame, positions: pd.DataFrame, runs: pd.DataFrame
+) -> pd.DataFrame:
+    """``table`` (aggregates) plus the :data:`PREDICTED` columns (NaN on K = 0 rows)."""
+    table = table.drop(columns=list(PREDICTED), errors="ignore")
+    if table.empty:
+        return table.assign(**{c: pd.Series(dtype=float) for c in PREDICTED})
+    group = list(aggregate.GROUP)
+    e = (
+        positions.sort_values("position").groupby(group, dropna=False)["acceptance"]
+        .agg(theory.expected_tokens_from_rates).rename("_e").reset_index()
+    )  # fmt: skip
+    base = table.loc[table["k"] == 0, [*aggregate.BASELINE, "tpot_s"]]
+    base = base.groupby(list(aggregate.BASELINE), dropna=False)["tpot_s"].mean()
+    cal = calibration(runs)
+    at = ["sweep_id", "target", "concurrency"]
+    plain = cal[cal["k"] == 0].groupby(at)["per_unit_s"].mean()
+    step = cal[cal["k"] > 0].groupby([*at, "draft", "k"])["per_unit_s"].mean()
+    out = (
+        table.merge(e, on=group, how="left")
+        .merge(base.rename("t_target_s").reset_index(), on=list(aggregate.BASELINE), how="left")
+        .merge(step.rename("t_step_s").reset_index(), on=[*at, "draft", "k"], how="left")
+        .merge(plain.rename("_t_plain").reset_index(), on=at, how="left")
+        .merge(plain.rename("_t_draft").reset_index().rename(columns={"target": "draft"}),
+               on=["sweep_id", "draft", "concurrency"], how="left")
+        .merge(preflights(runs), on=[*aggregate.BASELINE, "draft", "k"], how="left")
+    )  # fmt: skip
+    spec = out["k"] > 0
+    out.loc[~spec, "t_target_s"] = np.nan
+    out["c"] = out.pop("_t_draft") / out.pop("_t_plain")
+    out["speedup_tpot_predicted"] = theory.speedup_from_costs(
+        out["_e"], out["t_target_s"], out["t_step_s"]
+    )
+    out["speedup_tpot_predicted_simple"] = out.pop("_e") / (out["k"] * out["c"] + 1.0)
+    out["speedup_tpot_preflight"] = theory.speedup_from_costs(
+        out["mean_acceptance_length_preflight"], out["t_target_s"], out["t_step_s"]
+    )
+    out.loc[~spec, list(PREDICTED)] = np.nan
+    return out
+
+
+def model_check(table: pd.DataFrame, fits: pd.DataFrame) -> str:
+    """One line: how many K > 0 rows the cost model predicts within :data:`WITHIN`, and how
+    often the predicted best K agrees with the measured one."""
+    rows = table.dropna(subset=["speedup_tpot", "speedup_tpot_predicted"])
+    if rows.empty:
+        return "cost model: no K > 0 row has a calibration (run python -m harness.calibrate)"
+    miss = (rows["speedup_tpot"] / rows["speedup_tpot_predicted"] - 1).abs()
+    simple = (rows["speedup_tpot"] / rows["speedup_tpot_predicted_simple"] - 1).abs()
+    agree = fits["best_k_agrees"].dropna()
+    return (
+        f"cost model: {int((miss <= WITHIN).sum())} of {len(rows)} K > 0 rows within "
+        f"{WITHIN:.0%} of the measured TPOT speedup (median |measured / predicted - 1| "
+        f"{miss.median():.3f}, max {miss.max():.3f}); simple model E/(Kc+1): "
+        f"{int((simple <= WITHIN).sum())} of {int(simple.notna().sum())}; best K agrees in "
+        f"{int(agree.sum())} of {len(agree)} configurations"
+    )
 
 
 def _alpha_vllm(runs: pd.DataFrame) -> float:
@@ -48,7 +161,8 @@ def fit(
     n_boot: int = bootstrap.N_BOOT,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """One row per draft configuration with a speculative (K > 0) group in ``table``."""
+    """One row per draft configuration with a speculative (K > 0) group in ``table``
+    (:func:`with_predictions` applied)."""
     spec = table[(table["k"] > 0) & (table["draft"] != "none")]
     if spec.empty:
         return pd.DataFrame(columns=COLUMNS)
@@ -57,31 +171,44 @@ def fit(
     for key, groups in spec.groupby(list(CONFIG), sort=True, dropna=False):
         labels = dict(zip(CONFIG, key, strict=True))
         point, lo, hi = bootstrap.ratio(*by_config[key].arrays((ALPHA,)), n_boot, seed)
-        a, a_lo, a_hi = float(point[0]), float(lo[0]), float(hi[0])
-        first = groups.sort_values("k").iloc[0]
-        c = theory.cost_ratio_from_speedup(
-            a, first["k"], first[["speedup_tpot", "speedup_tpot_hi", "speedup_tpot_lo"]]
-        )
-        k_best = theory.best_k(a, max(c[0], 0.0)) if np.isfinite(c[0]) else -1
-        measured = groups[["k", "speedup_tpot"]].dropna()
-        top = measured.loc[measured["speedup_tpot"].idxmax()] if len(measured) else None
-        beats_plain = top is not None and top["speedup_tpot"] > 1.0
+        measured = _best(groups, "speedup_tpot")
+        predicted = _best(groups, "speedup_tpot_predicted")
+        at_predicted = groups.loc[groups["k"] == predicted[0], "speedup_tpot"]
+        at_predicted = float(at_predicted.iloc[0]) if len(at_predicted) else 1.0
+        lo_best = measured[2] if measured[0] else 1.0
         rows.append(
             {
                 **labels,
                 "ks": ",".join(str(k) for k in sorted(groups["k"])),
-                "alpha": a,
-                "alpha_lo": a_lo,
-                "alpha_hi": a_hi,
+                "alpha": float(point[0]),
+                "alpha_lo": float(lo[0]),
+                "alpha_hi": float(hi[0]),
                 "alpha_vllm": _alpha_vllm(aggregate.select(runs, labels, CONFIG)),
-                "c": c[0],
-                "c_lo": c[1],
-                "c_hi": c[2],
-                "c_from_k": int(first["k"]),
-                "best_k_predicted": k_best,
-                "speedup_predicted": theory.predicted_speedup(a, max(k_best, 0), max(c[0], 0.0)),
-                "best_k_measured": int(top["k"]) if beats_plain else 0,
-                "speedup_measured": float(top["speedup_tpot"]) if beats_plain else 1.0,
+                "c": groups["c"].mean(),
+                "best_k_predicted": predicted[0] if predicted[1] is not None else -1,
+                "speedup_predicted": predicted[1],
+                "best_k_preflight": _best(groups, "speedup_tpot_preflight")[0],
+                "best_k_measured": measured[0],
+                "speedup_measured": measured[1],
+                "speedup_measured_lo": measured[2],
+                "speedup_measured_hi": measured[3],
+                "speedup_at_predicted": at_predicted,
+                "best_k_agrees": np.nan
+                if predicted[1] is None
+                else (predicted[0] == measured[0] or at_predicted >= lo_best),
             }
         )
     return aggregate.sort_groups(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def _best(groups: pd.DataFrame, column: str) -> tuple[int, float | None, float, float]:
+    """(K, speedup, lo, hi) of the highest ``column`` among the groups, K = 0 (1x) when none
+    beats plain decoding; speedup None when the column has no value (CI NaN when absent)."""
+    rows = groups.dropna(subset=[column])
+    if rows.empty:
+        return -1, None, np.nan, np.nan
+    top = rows.loc[rows[column].idxmax()]
+    if top[column] <= 1.0:
+        return 0, 1.0, 1.0, 1.0
+    ci = [float(top.get(f"{column}_{end}", np.nan)) for end in ("lo", "hi")]
+    return int(top["k"]), float(top[column]), ci[0], ci[1]

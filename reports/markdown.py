@@ -96,9 +96,33 @@ FITS: list[Column] = [
     ("K run", _col("ks")),
     ("a [CI]", lambda r: ci(r, "alpha")),
     ("a (vLLM counters)", lambda r: num(r["alpha_vllm"])),
-    ("c [CI]", lambda r: f"{ci(r, 'c')} (K={r['c_from_k']})"),
+    ("c measured", lambda r: num(r["c"])),
     ("best K predicted", lambda r: f"{r['best_k_predicted']} ({num(r['speedup_predicted'], 2)}x)"),
-    ("best K measured", lambda r: f"{r['best_k_measured']} ({num(r['speedup_measured'], 2)}x)"),
+    ("best K pre-flight", _col("best_k_preflight")),
+    ("best K measured", lambda r: f"{r['best_k_measured']} ({ci(r, 'speedup_measured', 2)}x)"),
+    ("measured at predicted K", lambda r: num(r["speedup_at_predicted"], 2)),
+    ("agrees", lambda r: "–" if pd.isna(r["best_k_agrees"]) else "yes" * bool(r["best_k_agrees"]) or "no"),
+]  # fmt: skip
+
+
+def _ratio(measured: str, predicted: str) -> Callable[[pd.Series], str]:
+    return lambda r: num(r[measured] / r[predicted], 3) if pd.notna(r[predicted]) else "–"
+
+
+PREDICTIONS: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("series")),
+    ("conc.", _col("concurrency")),
+    ("K", _col("k")),
+    ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
+    ("predicted", lambda r: num(r["speedup_tpot_predicted"], 2)),
+    ("measured / predicted", _ratio("speedup_tpot", "speedup_tpot_predicted")),
+    ("simple E/(Kc+1)", lambda r: num(r["speedup_tpot_predicted_simple"], 2)),
+    ("measured / simple", _ratio("speedup_tpot", "speedup_tpot_predicted_simple")),
+    ("T_step ms", lambda r: num(r["t_step_s"], 2, 1000)),
+    ("accept. rate", lambda r: num(r["acceptance_rate"])),
+    ("pre-flight accept.", lambda r: num(r["acceptance_preflight"])),
+    ("pre-flight speedup", lambda r: num(r["speedup_tpot_preflight"], 2)),
 ]
 DEFINITIONS = """\
 - accuracy = correct answers / requests; output tokens = mean tokens per answer.
@@ -117,7 +141,11 @@ DEFINITIONS = """\
 - speedup = K = 0 baseline of the same target, prompt style, dataset, temperature,
   concurrency and sweep / this variant (TPOT, e2e; tok/s the other way round).
 - theory (Leviathan et al. 2023): E = (1 - a^(K+1)) / (1 - a) tokens per verify step,
-  predicted speedup = E / (K c + 1), c = draft / target cost per forward.
+  simple model speedup = E / (K c + 1), c = draft / target time per token (measured).
+- cost model: predicted TPOT speedup = E x T_target / T_step(K); E = 1 + sum_i prod_(j<=i)
+  a_j from the row's per-position acceptance, T_target the K = 0 baseline's TPOT, T_step(K)
+  the calibrated time of one verify step (`python -m harness.calibrate`).
+- pre-flight = acceptance predicted from the K = 0 run's outputs (`python -m harness.preflight`).
 - intervals: 95% percentile bootstrap over problems ({n_boot} replicates, seed {seed});
   seeds of one configuration pool.
 """
@@ -230,10 +258,18 @@ def report(
         "",
         "## Analytical model vs measurement",
         "",
-        "a: per-token acceptance fitted over all K; c: the draft cost ratio that reproduces "
-        "the TPOT speedup of the smallest K; best K predicted from (a, c) by "
-        "E/(Kc+1), measured as the K with the highest TPOT speedup (0 if none beats plain "
-        "decoding).",
+        "Cost model: predicted TPOT speedup = E x T_target / T_step(K), E from the row's "
+        "per-position acceptance, T_target from the K = 0 baseline, T_step(K) from the "
+        "calibration (never from the row's own timing); beside it the simple model "
+        "E/(Kc+1) with c = T_draft / T_target measured. Pre-flight: acceptance predicted "
+        "from the K = 0 outputs, before any K > 0 run.",
+        "",
+        t.model_check,
+        "",
+        table(t.table[t.table["k"] > 0], PREDICTIONS) if not t.fits.empty else "",
+        "",
+        "Best K per configuration (K = 0 counts, speedup 1; agrees: the same K, or the "
+        "predicted K's measured speedup inside the best K's 95% CI):",
         "",
         table(t.fits, FITS) if not t.fits.empty else "No speculative runs to fit.",
         "",

@@ -21,7 +21,8 @@ def make_report(
 ) -> Path:
     """Load, aggregate, draw and write the report into ``out_dir``; return REPORT.md.
 
-    Runs skipped as partial or corrupt are listed on stderr (and in REPORT.md).
+    Runs skipped as partial or corrupt are listed on stderr (and in REPORT.md); the cost
+    model's check (:func:`reports.fit.model_check`) is printed.
 
     Raises:
         ValueError: a named sweep does not exist.
@@ -42,4 +43,6 @@ def make_report(
             df.to_csv(out / name, index=False, float_format="%.6g")
     path = out / "REPORT.md"
     path.write_text(markdown.report(computed, shown, str(results_dir), sweeps, n_boot, seed))
+    if computed.model_check:
+        print(computed.model_check)
     return path

@@ -17,12 +17,13 @@ class ReportTables:
     requests: pd.DataFrame
     runs: pd.DataFrame
     skipped: tuple[load.Skipped, ...]
-    table: pd.DataFrame  # aggregate.aggregate: one row per group
+    table: pd.DataFrame  # aggregate.aggregate + fit.with_predictions: one row per group
     headline: pd.DataFrame  # aggregate.headline
     positions: pd.DataFrame  # aggregate.positions
-    fits: pd.DataFrame  # fit.fit
+    fits: pd.DataFrame  # fit.fit: best K per draft configuration
     rejections: pd.DataFrame  # rejections.rejection_kinds
     verdicts: tuple[hypotheses.Verdict, ...]
+    model_check: str  # fit.model_check: the cost model's hit rate, one line
 
 
 def _with_series(df: pd.DataFrame, multi_sweep: bool) -> pd.DataFrame:
@@ -39,16 +40,19 @@ def build_tables(
 ) -> ReportTables:
     """Aggregate, fit and judge the loaded runs."""
     req, runs = results.requests, aggregate.with_lossless(results.requests, results.runs)
-    table = aggregate.aggregate(req, runs, n_boot, seed)
+    positions = aggregate.positions(req, n_boot, seed)
+    table = fit.with_predictions(aggregate.aggregate(req, runs, n_boot, seed), positions, runs)
     multi = req["sweep_id"].nunique() > 1
+    fits = fit.fit(table, req, runs, n_boot, seed)
     return ReportTables(
         requests=_with_series(req, multi),
         runs=runs,
         skipped=results.skipped,
         table=_with_series(table, multi),
         headline=_with_series(aggregate.headline(table), multi),
-        positions=_with_series(aggregate.positions(req, n_boot, seed), multi),
-        fits=_with_series(fit.fit(table, req, runs, n_boot, seed), multi),
+        positions=_with_series(positions, multi),
+        fits=_with_series(fits, multi),
         rejections=_with_series(rejections.rejection_kinds(req), multi),
         verdicts=tuple(hypotheses.judge(req, table, n_boot, seed)),
+        model_check=fit.model_check(table, fits) if not fits.empty else "",
     )

@@ -11,9 +11,14 @@ divided by the cost of one target forward. Costs are in units of one target forw
 - break-even cost ratio (speedup = 1): c* = (E - 1) / K
 - best K: the argmax of the speedup over K = 0..k_max (K = 0 is plain decoding, speedup 1)
 
-Estimating the parameters from measurement: a from the per-position acceptance counts
-(:func:`alpha_mle`), c from the speedup measured at one K, best K = 1
-(:func:`cost_ratio_from_speedup`).
+Prediction from measured costs (what the report uses): one verify step is not "K draft
+forwards + one target forward" (fixed per-step overhead, verifying K + 1 tokens, KV
+rollback), so the step's time T_step(K) is measured (``harness.calibrate``) and
+predicted speedup = E x T_target / T_step(K) (:func:`speedup_from_costs`), with E from
+the per-position conditional acceptance (:func:`expected_tokens_from_rates`). The simple
+model above keeps c = T_draft / T_target, both measured.
+
+Estimating a from the per-position acceptance counts: :func:`alpha_mle`.
 
 Functions broadcast over numpy arrays and return a float for scalar inputs.
 """
@@ -93,14 +98,17 @@ def alpha_mle(accepted_per_pos: ArrayLike, num_drafts: float) -> float:
     return float(np.sum(accepted_per_pos) / attempts) if attempts > 0 else float("nan")
 
 
-def cost_ratio_from_speedup(a: ArrayLike, k: ArrayLike, speedup: ArrayLike) -> np.ndarray | float:
-    """The c that makes the model reproduce a measured speedup at K: (E / speedup - 1) / K.
+def expected_tokens_from_rates(rates: ArrayLike) -> float:
+    """Tokens per verify step from conditional per-position acceptance a_1..a_K:
+    E = 1 + sum_i prod_(j <= i) a_j. Equals :func:`expected_tokens` when every a_j = a; with
+    pooled counts (a_j = accepted_j / reached_j) the product telescopes to the measured
+    mean acceptance length."""
+    return float(1.0 + np.sum(np.cumprod(np.asarray(rates, float))))
 
-    With the speedup of the K = 1 run this is the effective draft cost of a real engine,
-    including what the model leaves out (verification above one target step, scheduling,
-    KV-cache rollback).
-    """
-    k = np.asarray(k, float)
-    e = np.asarray(expected_tokens(a, k))
+
+def speedup_from_costs(e: ArrayLike, t_target: ArrayLike, t_step: ArrayLike) -> np.ndarray | float:
+    """Predicted TPOT speedup E x T_target / T_step: E tokens per step of T_step seconds
+    against one token per T_target seconds of plain decoding."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _out(np.asarray((e / np.asarray(speedup, float) - 1.0) / k))
+        return _out(np.asarray(np.asarray(e, float) * np.asarray(t_target, float)
+                               / np.asarray(t_step, float)))  # fmt: skip

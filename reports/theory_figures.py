@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.colors import BoundaryNorm
 from matplotlib.figure import Figure
 
-from reports import aggregate, plotting, simulate, theory
+from reports import plotting, simulate, theory
 from reports.plotting import Shown
 
 if TYPE_CHECKING:
@@ -98,42 +98,36 @@ def fig_theory_tokens(t: ReportTables) -> Figure | None:
 
 
 def fig_theory_cost(t: ReportTables) -> Figure | None:
-    """11. Measured speedups at the fitted cost ratio, on the analytical speedup curves."""
-    fits = plotting.lowest_concurrency(t.fits.dropna(subset=["c"]))
-    if fits.empty:
+    """11. Measured TPOT speedup vs K beside the cost model, the simple model and the
+    pre-flight estimate."""
+    rows = plotting.spec_rows(t.table).dropna(subset=["speedup_tpot_predicted"])
+    if rows.empty:
         return None
-    series, datasets = sorted(set(fits["series"])), plotting.datasets(fits)
+    series, datasets = sorted(set(rows["series"])), plotting.datasets(rows)
     fig, axes = plotting.panels(len(datasets), rows=len(series))
-    rows = plotting.spec_rows(t.table)
+    models = (("speedup_tpot_predicted", "s--", "E T_target / T_step (calibrated)"),
+              ("speedup_tpot_predicted_simple", "^:", "E / (Kc+1), c measured"),
+              ("speedup_tpot_preflight", "x-.", "pre-flight acceptance, calibrated"))  # fmt: skip
     for (i, s), (j, (dataset, difficulty)) in product(enumerate(series), enumerate(datasets)):
         ax = axes[i, j]
-        f = fits[(fits["series"] == s) & (fits["dataset"] == dataset)]
-        if f.empty:
+        g = rows[(rows["series"] == s) & (rows["dataset"] == dataset)].sort_values("k")
+        if g.empty:
             ax.set_visible(False)
             continue
-        fit = f.iloc[0]
-        g = aggregate.select(rows, fit, ("sweep_id", "variant", "dataset", "concurrency"))
-        c_max = max(1.0, 1.2 * fit["c"])
-        colors = draw_speedup_vs_cost(ax, fit["alpha"], sorted(g["k"].unique()), c_max)
-        for _, r in g.iterrows():
-            ax.errorbar(
-                max(fit["c"], 0),
-                r["speedup_tpot"],
-                yerr=plotting.yerr(r.to_frame().T, "speedup_tpot"),
-                fmt="o",
-                color=colors[r["k"]],
-                mec="k",
-                capsize=3,
-            )
-        ax.set_title(
-            f"{s} on {plotting.title(dataset, difficulty)}\na={fit['alpha']:.2f}, "
-            f"c={fit['c']:.2f} (fitted at K={fit['c_from_k']})",
-            fontsize=10,
-        )
-        ax.legend(fontsize=7)
+        ax.errorbar(g["k"], g["speedup_tpot"], yerr=plotting.yerr(g, "speedup_tpot"), fmt="o",
+                    color="k", capsize=3, label="measured (95% CI)")  # fmt: skip
+        for (column, fmt, label), color in zip(models, ("C0", "C1", "C2"), strict=True):
+            if g[column].notna().any():
+                ax.plot(g["k"], g[column], fmt, color=color, label=label)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_title(f"{s} on {plotting.title(dataset, difficulty)}", fontsize=10)
+        ax.set_xlabel("K (draft tokens per verify step)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0, 0].set_ylabel("TPOT speedup (x, vs K = 0)")
     return plotting.finish(
-        fig, "Measured TPOT speedup (points, 95% CIs) on E/(Kc+1) at the fitted a; X: break-even c"
-    )
+        fig, "Measured TPOT speedup vs the cost model and the simple model E/(Kc+1)",
+        legend_below=True,
+    )  # fmt: skip
 
 
 def fig_theory_best_k(t: ReportTables) -> Figure | None:
@@ -157,7 +151,7 @@ def fig_theory_best_k(t: ReportTables) -> Figure | None:
             f"{f['concurrency']}: K*={f['best_k_measured']} (predicted {f['best_k_predicted']})",
         )
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-    ax.set_title("Best K over (a, c); points: measured a, fitted c (K* = measured best K)")
+    ax.set_title("Best K of E/(Kc+1) over (a, c); points: measured a and c (K* = measured best K)")
     fig.tight_layout()
     return fig
 

@@ -138,6 +138,36 @@ def _rejections(job: Job, n: int, rng: np.random.Generator) -> list[tuple[str, .
     return [tuple(texts[end - c : end]) for c, end in zip(counts, ends, strict=True)]
 
 
+def step_time(job: Job, draft_as_target: bool = False) -> float:
+    """Seconds of one verify step (one token at K = 0) of the job's engine: K c + 1 target
+    tokens, dearer with concurrency; the draft's own token costs c target tokens."""
+    token = TARGET_TPOT_S * (1 + 0.2 * (job.concurrency - 1))
+    if draft_as_target:
+        return token * job.variant.cost
+    return token * (job.k * (job.variant.cost + 0.1 * np.log2(job.concurrency)) + 1)
+
+
+def write_calibration(results_dir: Path, jobs: list[Job]) -> None:
+    """The calibration files ``harness.calibrate`` would write for ``jobs``' engines."""
+    from harness import calibrate
+
+    def save(job: Job, target: str, draft: str | None, seconds: float) -> None:
+        m = {"concurrency": job.concurrency, "requests": 3, "decode_s": 100 * seconds,
+             "units": 100, "per_unit_s": seconds}  # fmt: skip
+        name = f"{target}-{draft}-{job.k}-{job.concurrency}.json".replace("/", "_")
+        record = {"target": target, "draft": draft, "k": job.k, "identity": {},
+                  "measurements": {str(job.concurrency): m}}  # fmt: skip
+        calibrate.save(Path(results_dir) / job.sweep / calibrate.CALIBRATION / name, record)
+
+    for job in jobs:
+        v = job.variant
+        save(job, v.target_model, v.draft_model if job.k else None, step_time(job))
+        if job.k:
+            plain = dataclasses.replace(job, k=0)
+            save(plain, v.target_model, None, step_time(plain))
+            save(plain, str(v.draft_model), None, step_time(job, draft_as_target=True))
+
+
 def records(job: Job) -> list[RequestRecord]:
     """The request records of one synthetic job."""
     v, n = job.variant, job.n_problems
@@ -146,10 +176,8 @@ def records(job: Job) -> list[RequestRecord]:
     correct = out_rng.random(n) < v.accuracy
     tokens = np.maximum(2, out_rng.poisson(v.mean_tokens, n))
     rng = _rng(job.sweep, job.name)
-    step_cost = (job.k * (v.cost + 0.1 * np.log2(job.concurrency)) + 1) / (
-        theory.expected_tokens(v.alpha, job.k) if job.k else 1.0
-    )
-    tpot = TARGET_TPOT_S * (1 + 0.2 * (job.concurrency - 1)) * step_cost * _lognormal(rng, n)
+    step_cost = step_time(job) / (theory.expected_tokens(v.alpha, job.k) if job.k else 1.0)
+    tpot = step_cost * _lognormal(rng, n)
     ttft = PREFILL_S * _lognormal(rng, n)
     hists = _histograms(job, tokens, rng) if job.k else [None] * n
     rejections = _rejections(job, n, rng)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 
-from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, theory
+from harness import preflight
+from reports import aggregate, bootstrap, hypotheses, load, rejections, tables, theory
 from tests import run_fixtures
 
 V = {v.name: v for v in run_fixtures.SEED_STUDY}
@@ -100,20 +103,51 @@ def test_position_counts_skip_null_histograms():
     }
 
 
-def test_fit_recovers_alpha_and_cost_from_the_k1_run(tmp_path):
+def test_cost_model_predicts_from_calibrated_step_times_and_finds_the_best_k(tmp_path):
+    v = V["cot_sd"]
     jobs = [run_fixtures.Job("f", V["cot"], "synth_easy", "easy", 0, n_problems=150)] + [
-        run_fixtures.Job("f", V["cot_sd"], "synth_easy", "easy", k, n_problems=150) for k in (1, 3)
+        run_fixtures.Job("f", v, "synth_easy", "easy", k, n_problems=150) for k in (1, 3)
     ]
     for j in jobs:
         run_fixtures.write_job(tmp_path, j)
+    run_fixtures.write_calibration(tmp_path, jobs)
+    t1 = run_fixtures.TARGET_TPOT_S  # a step costs K c + 1 target tokens, a draft token c
+    base_dir = tmp_path / "f" / jobs[0].name
+    counts = {"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 21}
+    preflight_file = {v.draft_model: {"ks": {"3": counts}}}
+    (base_dir / preflight.PREFLIGHT).write_text(json.dumps(preflight_file))
     r = load.load(tmp_path)
-    table = aggregate.aggregate(r.requests, r.runs, n_boot=300)
-    f = fit.fit(table, r.requests, r.runs, n_boot=300).iloc[0]
-    assert f["alpha_lo"] <= V["cot_sd"].alpha <= f["alpha_hi"]
+    assert not r.skipped  # the calibration directory is not a run
+    t = tables.build_tables(r, n_boot=300)
+    rows = t.table.set_index("k")
+    for k in (1, 3):
+        row = rows.loc[k]
+        assert row["t_step_s"] == pytest.approx(t1 * (k * v.cost + 1))
+        assert row["c"] == pytest.approx(v.cost)
+        assert row["speedup_tpot_lo"] <= row["speedup_tpot_predicted"] <= row["speedup_tpot_hi"]
+        # T_step = T_target (K c + 1) exactly: the two models differ by T1 measured / T1 only
+        ratio = row["speedup_tpot_predicted"] / row["speedup_tpot_predicted_simple"]
+        assert ratio == pytest.approx(row["t_target_s"] / t1)
+    assert np.isnan(rows.loc[0, "speedup_tpot_predicted"])
+    assert rows.loc[3, "acceptance_preflight"] == pytest.approx(0.7)
+    assert rows.loc[3, "mean_acceptance_length_preflight"] == pytest.approx(3.1)
+    assert np.isnan(rows.loc[1, "acceptance_preflight"])
+    f = t.fits.iloc[0]
+    assert f["alpha_lo"] <= v.alpha <= f["alpha_hi"]
     assert f["alpha_vllm"] == pytest.approx(f["alpha"])  # counters agree with the requests
-    assert f["c_lo"] <= V["cot_sd"].cost <= f["c_hi"] and f["c_from_k"] == 1
-    assert f["best_k_predicted"] == theory.best_k(f["alpha"], f["c"])
-    assert f["best_k_measured"] == 3 and f["ks"] == "1,3"
+    assert f["best_k_predicted"] == f["best_k_measured"] == 3 and f["best_k_agrees"]
+    assert f["ks"] == "1,3" and f["c"] == pytest.approx(v.cost)
+    assert t.model_check.startswith("cost model: 2 of 2 K > 0 rows within 10%")
+
+
+def test_without_calibration_the_predictions_are_missing(tmp_path):
+    for k in (0, 1):
+        variant = V["cot"] if k == 0 else V["cot_sd"]
+        run_fixtures.write_job(tmp_path, run_fixtures.Job("f", variant, "synth_easy", "easy", k))
+    t = tables.build_tables(load.load(tmp_path), n_boot=50)
+    assert t.table["speedup_tpot_predicted"].isna().all()
+    assert t.fits.iloc[0]["best_k_predicted"] == -1
+    assert t.model_check.startswith("cost model: no K > 0 row has a calibration")
 
 
 @pytest.fixture(scope="module")

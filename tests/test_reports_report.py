@@ -22,10 +22,13 @@ V = {x.name: x for x in run_fixtures.SEED_STUDY}
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """A seed-study sweep at concurrency 1 (K = 1, 3) plus one partial run directory."""
+    """A seed-study sweep at concurrency 1 (K = 1, 3) with its calibration, plus one partial
+    run directory."""
     root = tmp_path_factory.mktemp("results")
-    for job in run_fixtures.seed_study_jobs("study", ks=(1, 3), n_problems=40):
+    jobs = run_fixtures.seed_study_jobs("study", ks=(1, 3), n_problems=40)
+    for job in jobs:
         run_fixtures.write_job(root, job)
+    run_fixtures.write_calibration(root, jobs)
     (root / "study" / "killed-job").mkdir()
     return root
 

@@ -79,9 +79,19 @@ def test_alpha_mle_recovers_a_from_exact_geometric_counts():
     assert np.isnan(theory.alpha_mle([0, 0], 0))
 
 
-def test_cost_ratio_from_speedup_inverts_the_prediction():
-    a, k, c = 0.75, 3, 0.12
-    speedup = theory.predicted_speedup(a, k, c)
-    assert theory.cost_ratio_from_speedup(a, k, speedup) == pytest.approx(c)
-    # a faster measurement means a cheaper draft
-    assert theory.cost_ratio_from_speedup(a, k, speedup * 1.1) < c
+def test_per_position_rates_give_tokens_per_step():
+    # flat rates: the geometric model
+    assert theory.expected_tokens_from_rates([0.8] * 5) == pytest.approx(3.68928)
+    # falling rates: 1 + 0.9 + 0.9 * 0.5 + 0.9 * 0.5 * 0.2 = 2.44
+    assert theory.expected_tokens_from_rates([0.9, 0.5, 0.2]) == pytest.approx(2.44)
+
+
+def test_speedup_from_costs_is_tokens_per_step_times_target_time_over_step_time():
+    # 2.5 tokens per 6 ms step against 3 ms per token: 1.25x
+    assert theory.speedup_from_costs(2.5, 0.003, 0.006) == pytest.approx(1.25)
+    # a step costing K c + 1 target tokens gives back the simple model
+    a, k, c, t = 0.75, 3, 0.12, 0.01
+    e = theory.expected_tokens(a, k)
+    assert theory.speedup_from_costs(e, t, t * (k * c + 1)) == pytest.approx(
+        theory.predicted_speedup(a, k, c)
+    )

@@ -1,0 +1,283 @@
+"""Calibration: the measured time of one target token and of one verify step per engine spec.
+
+    python -m harness.calibrate                     # the experiment's sweep grid
+    python -m harness.calibrate variant=cot_sd,cod_sd spec.k=0,1,3,5 concurrency=1,4
+    python -m harness.calibrate ... force=true      # measure again even when cached
+
+Takes the same overrides as ``python -m harness -m`` (comma lists sweep; the experiment's
+``hydra.sweeper.params`` apply), plans the sweep the same way and, for every engine spec
+and concurrency of its jobs, sends :data:`REQUESTS_PER_SLOT` x concurrency prompts of
+:data:`PROMPT_TOKENS` tokens with ``ignore_eos`` and :data:`OUTPUT_TOKENS` new tokens
+through the real engine. It measures
+
+- at K = 0: the target's time per token, decode time / (output tokens - 1);
+- at K > 0: the time of one verify step T_step(K), decode time / verify steps (steps from
+  the request's ``spec_decode_metrics``);
+- for a draft model: the draft's own time per token, the draft run as a target at K = 0.
+
+Decode time is last token time - first token time (e2e - TTFT); times pool over the
+requests (sum of decode time / sum of steps or tokens). Results are cached as
+``<results_dir>/<sweep>/.calibration/<key>.json``, the key a digest of the engine's
+arguments, the models' identity and the calibration's own settings; a cached
+concurrency is not measured again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import metrics
+from harness.checks import command
+
+CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not a run)
+PROMPT_TOKENS = 64
+OUTPUT_TOKENS = 96
+REQUESTS_PER_SLOT = 3  # requests per concurrency slot
+PROMPT_TEXT = "Think step by step. 12 + 7 = 19, 19 * 3 = 57, 57 - 8 = 49. #### 49\n"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One request's decode time and how many units it took (verify steps, or tokens - 1)."""
+
+    decode_s: float
+    units: int
+
+
+def decode_timing(first_token_ts: float, last_token_ts: float, units: int) -> Timing:
+    """A request's decode time (e2e - TTFT = last - first token time) over ``units``."""
+    return Timing(last_token_ts - first_token_ts, units)
+
+
+def token_units(output_tokens: int) -> int:
+    """Decode units of a plain request: every token after the first (as TPOT counts)."""
+    return max(output_tokens - 1, 0)
+
+
+def per_unit_s(timings: Iterable[Timing]) -> float | None:
+    """Pooled seconds per unit: summed decode time / summed units; None without units."""
+    timings = list(timings)
+    units = sum(t.units for t in timings)
+    return sum(t.decode_s for t in timings) / units if units else None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One engine spec at one concurrency: seconds per target token (K = 0) or per verify
+    step (K > 0), pooled over ``requests``."""
+
+    concurrency: int
+    requests: int
+    decode_s: float
+    units: int
+    per_unit_s: float | None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What one calibration file is about: an engine spec under the sweep's model names."""
+
+    target: str  # the job's ``target`` column (the draft's name for a draft-as-target entry)
+    draft: str | None  # the job's ``draft`` column; None at K = 0
+    k: int
+    spec: Any  # harness.engine.EngineSpec
+
+
+def model_identity(name: str) -> str:
+    """A digest of a local model directory (its manifest, else its files' names, sizes and
+    modification times); a hub id as it is."""
+    path = Path(name)
+    if not path.is_dir():
+        return name
+    manifest = path / "manifest.json"
+    if manifest.is_file():
+        return hashlib.sha256(manifest.read_bytes()).hexdigest()[:16]
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    stats = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
+
+
+def identity(entry: Entry) -> dict[str, Any]:
+    """Everything the cached numbers depend on: engine arguments, models, settings."""
+    spec = entry.spec
+    return {
+        "llm_kwargs": spec.llm_kwargs(),
+        "env": spec.env(),
+        "models": {m: model_identity(m) for m in (spec.target, spec.draft) if m},
+        "prompt_tokens": PROMPT_TOKENS,
+        "output_tokens": OUTPUT_TOKENS,
+        "requests_per_slot": REQUESTS_PER_SLOT,
+    }
+
+
+def cache_key(entry: Entry) -> str:
+    """The calibration file's name: a digest of :func:`identity`."""
+    digest = hashlib.sha256(json.dumps(identity(entry), sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
+    """Engine specs of the planned jobs (plus each draft model as a plain target), each with
+    the concurrencies its jobs run at."""
+    from harness.engine import EngineSpec
+    from harness.runner import speculator
+
+    wanted: dict[Entry, set[int]] = {}
+    for cfg in cfgs:
+        spec = EngineSpec.from_config(cfg)
+        job = Entry(cfg.models.targets[cfg.variant.target], speculator(cfg), spec.k, spec)
+        wanted.setdefault(job, set()).add(cfg.concurrency)
+        if spec.draft is not None:
+            plain = EngineSpec.plain(spec.draft, dict(spec.settings))
+            wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
+    return wanted
+
+
+def prompts(tokenizer: Any, n: int) -> list[list[int]]:
+    """``n`` distinct prompts of :data:`PROMPT_TOKENS` in-vocabulary token ids."""
+    ids = tokenizer(PROMPT_TEXT, add_special_tokens=False)["input_ids"]
+    ids = ids * (1 + (PROMPT_TOKENS + n) // max(len(ids), 1))
+    return [ids[i : i + PROMPT_TOKENS] for i in range(n)]
+
+
+def measure(llm: Any, tokenizer: Any, k: int, concurrency: int) -> Measurement:
+    """Time :data:`REQUESTS_PER_SLOT` x ``concurrency`` fixed-length requests on a live engine."""
+    from vllm import SamplingParams
+
+    from harness.runner import generate
+
+    params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
+    timings: list[Timing] = []
+
+    def on_output(_: int, output: Any) -> None:
+        completion, stats = output.outputs[0], output.metrics
+        spec = completion.spec_decode_metrics
+        if k > 0:
+            units = metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens).num_steps
+        else:
+            units = token_units(len(completion.token_ids))
+        timings.append(decode_timing(stats.first_token_ts, stats.last_token_ts, units))
+
+    n = REQUESTS_PER_SLOT * concurrency
+    generate(llm, prompts(tokenizer, n), params, concurrency, on_output)
+    return Measurement(
+        concurrency=concurrency,
+        requests=len(timings),
+        decode_s=sum(t.decode_s for t in timings),
+        units=sum(t.units for t in timings),
+        per_unit_s=per_unit_s(timings),
+    )
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    """A calibration file, or None when missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def calibrate(entry: Entry, concurrencies: Sequence[int], out_dir: Path, force: bool) -> Path:
+    """Measure ``entry`` at the concurrencies its cache file lacks; returns the file."""
+    from harness import engine as engines
+    from harness.checks import load_tokenizer
+
+    path = out_dir / f"{cache_key(entry)}.json"
+    cached = None if force else read(path)
+    done = {int(c): m for c, m in (cached or {}).get("measurements", {}).items()}
+    todo = [c for c in sorted(concurrencies) if c not in done]
+    if not todo:
+        return path
+    live, _ = engines.get(entry.spec)
+    tokenizer = load_tokenizer(entry.spec.target)
+    for concurrency in todo:
+        done[concurrency] = asdict(measure(live.llm, tokenizer, entry.k, concurrency))
+        print(f"calibration {entry.target} draft={entry.draft} K={entry.k} "
+              f"concurrency={concurrency}: {done[concurrency]['per_unit_s']} s per "
+              f"{'verify step' if entry.k else 'token'}")  # fmt: skip
+    record = {
+        "target": entry.target,
+        "draft": entry.draft,
+        "k": entry.k,
+        "identity": identity(entry),
+        "measurements": {str(c): done[c] for c in sorted(done)},
+    }
+    return save(path, record)
+
+
+def save(path: Path, record: dict[str, Any]) -> Path:
+    """Write a calibration record atomically (keys: target, draft, k, identity,
+    measurements: concurrency -> :class:`Measurement` fields)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=1, default=str))
+    tmp.replace(path)
+    return path
+
+
+def table(sweep_dir: Path) -> list[dict[str, Any]]:
+    """One row per cached (engine spec, concurrency) of a sweep: target, draft, k,
+    concurrency, per_unit_s (seconds per token at K = 0, per verify step at K > 0)."""
+    rows = []
+    for path in sorted((sweep_dir / CALIBRATION).glob("*.json")):
+        record = read(path)
+        for c, m in (record or {}).get("measurements", {}).items():
+            rows.append({"target": record["target"], "draft": record["draft"],
+                         "k": record["k"], "concurrency": int(c),
+                         "per_unit_s": m["per_unit_s"]})  # fmt: skip
+    return rows
+
+
+def planned_configs(overrides: list[str]) -> list[Any]:
+    """The composed configs of the jobs ``python -m harness -m <overrides>`` would run."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from harness.config import check_group_overrides, check_overrides, compose_config
+    from harness.sweeper import plan
+
+    check_group_overrides(overrides)
+    check_overrides(overrides)
+    parser = OverridesParser.create()
+    fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
+    grid = compose_config(fixed, return_hydra_config=True).hydra.sweeper.params or {}
+    every = [f"{k}={v}" for k, v in grid.items()] + overrides
+    (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(every), None)
+    composed = {tuple(job): compose_config(job) for job in jobs}
+    return [composed[tuple(job)] for job in plan(list(composed.items())).jobs]
+
+
+def run(overrides: list[str]) -> list[Path]:
+    """Calibrate every engine spec of the planned sweep; returns the files written or reused."""
+    from harness import results
+
+    cfgs = planned_configs(overrides)
+    sweep = results.sweep_dir(cfgs[0])
+    results.lock_sweep(sweep)
+    return [
+        calibrate(entry, sorted(concurrencies), sweep / CALIBRATION, bool(cfgs[0].force))
+        for entry, concurrencies in entries(cfgs).items()
+    ]
+
+
+@command(doc=__doc__)
+def main(argv: list[str]) -> int:
+    """Run the calibration; print the files. Returns the exit code (2: bad input)."""
+    for path in run(argv):
+        print(f"calibration: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    import torch
+
+    from harness.__main__ import with_engine_override
+
+    sys.exit(main(with_engine_override(sys.argv, torch.cuda.is_available())[1:]))

@@ -1,0 +1,172 @@
+"""Pre-flight acceptance: what a greedy draft will accept, from a K = 0 run's own outputs.
+
+    python -m harness.preflight RUN_DIR [RUN_DIR ...] --draft DIR [--ks 1,3,5]
+
+For each request of a K = 0 run the draft reads prompt + output tokens in one
+teacher-forced forward pass (Hugging Face transformers, CPU), which gives, at every
+output position, whether the draft's greedy token equals the target's. Replaying vLLM's
+step structure over that agreement vector (:func:`greedy_steps`) gives the verify steps,
+drafted and accepted tokens a greedy draft gets at each K without running it. Written to
+``RUN_DIR/preflight.json`` under the draft's name as given (use the name the sweep's
+config gives the draft, so the report can pair it with the K > 0 runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import metrics
+from harness.checks import command
+
+PREFLIGHT = "preflight.json"
+
+
+def greedy_steps(agree: Sequence[bool], k: int) -> list[int]:
+    """Accepted drafts per verify step of a greedy draft against a greedy target.
+
+    ``agree[j]`` says whether the draft, given the prompt and output tokens 0..j, predicts
+    output token j + 1 (token 0 comes from prefill). Each step drafts ``k`` tokens from
+    the accepted prefix; the first disagreement ends it; the target adds one token (its
+    correction, or the bonus token after ``k`` acceptances). Steps run until the output
+    is complete; a step at the end of the output accepts at most the tokens left.
+    """
+    steps, pos, n = [], 0, len(agree)
+    while pos < n:
+        accepted = 0
+        while accepted < k and pos + accepted < n and agree[pos + accepted]:
+            accepted += 1
+        steps.append(accepted)
+        pos += accepted + 1
+    return steps
+
+
+def replay(agree: Sequence[bool], k: int) -> metrics.SpecCounts:
+    """The spec counts (steps, drafted, accepted, per position) of :func:`greedy_steps`."""
+    steps = greedy_steps(agree, k)
+    histogram = np.bincount(np.asarray(steps, dtype=np.int64), minlength=k + 1)
+    return metrics.counts_from_histogram([int(n) for n in histogram], k * len(steps))
+
+
+def agreement(model: Any, prompt: Sequence[int], output: Sequence[int]) -> list[bool]:
+    """Whether ``model``'s greedy token equals output token j + 1, for j = 0..len(output) - 2."""
+    import torch
+
+    if len(output) < 2:
+        return []
+    ids = torch.tensor([[*prompt, *output[:-1]]])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 :]
+    predicted = logits[1:].argmax(-1).tolist()  # predictions of output tokens 1..n-1
+    return [p == t for p, t in zip(predicted, output[1:], strict=True)]
+
+
+def run_prompts(summary: dict[str, Any], problem_ids: Sequence[str]) -> dict[str, list[int]]:
+    """The prompt token ids a run sent, rendered again from its resolved config."""
+    from omegaconf import OmegaConf
+
+    from harness.checks import load_tokenizer
+    from harness.datasets import load_problems
+    from harness.prompts import build_messages, prompt_token_ids
+
+    cfg = OmegaConf.create(summary["config"])
+    tokenizer = load_tokenizer(summary["target"])
+    wanted = set(problem_ids)
+    return {
+        p.id: prompt_token_ids(tokenizer, build_messages(p, cfg.variant.prompt_style, cfg.prompts))
+        for p in load_problems(cfg.dataset, cfg.limit)
+        if p.id in wanted
+    }
+
+
+def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
+    """Pre-flight counts of ``draft`` at each K over the K = 0 run in ``run_dir``.
+
+    Raises:
+        ConfigError: not a complete K = 0 run, or its prompts cannot be rendered again.
+    """
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForCausalLM
+
+    from harness import results
+    from harness.calibrate import model_identity
+    from harness.config import ConfigError
+
+    summary = results.read_summary(run_dir)
+    if summary is None or summary.get("k") != 0:
+        raise ConfigError(f"{run_dir}: not a complete K = 0 run")
+    cols = ["problem_id", "prompt_tokens", "output_token_ids"]
+    requests = pq.read_table(run_dir / results.REQUESTS, columns=cols).to_pylist()
+    prompts = run_prompts(summary, [r["problem_id"] for r in requests])
+    model = AutoModelForCausalLM.from_pretrained(draft, dtype="float32").eval()
+    agree = []
+    for r in requests:
+        prompt = prompts.get(r["problem_id"])
+        if prompt is None or len(prompt) != r["prompt_tokens"]:
+            raise ConfigError(f"{run_dir}: cannot render the prompt of {r['problem_id']} again")
+        agree.append(agreement(model, prompt, r["output_token_ids"]))
+    per_k = {}
+    for k in ks:
+        counts = metrics.total_counts(replay(a, k) for a in agree)
+        per_k[str(k)] = counts.to_row()
+    agreed = sum(sum(a) for a in agree)
+    return {
+        "draft_identity": model_identity(draft),
+        "agreement": agreed / max(sum(len(a) for a in agree), 1),
+        "ks": per_k,
+    }
+
+
+def write(run_dir: Path, draft: str, result: dict[str, Any]) -> Path:
+    """Merge ``result`` into ``run_dir/preflight.json`` under ``draft``."""
+    path = run_dir / PREFLIGHT
+    data = read(run_dir)
+    data[draft] = result
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def read(run_dir: Path) -> dict[str, Any]:
+    """Draft name -> pre-flight result of a run directory (empty without one)."""
+    try:
+        return json.loads((run_dir / PREFLIGHT).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(k) for k in text.split(",")]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"--ks={text}: give positive integers like 1,3,5")
+    return ks
+
+
+@command(doc=__doc__)
+def main(argv: list[str]) -> int:
+    """Estimate and write; print each file. Returns the exit code (2: bad input)."""
+    from harness.checks import check_model_dir
+
+    parser = argparse.ArgumentParser(prog="python -m harness.preflight")
+    parser.add_argument("runs", nargs="+", type=Path, help="K = 0 run directories")
+    parser.add_argument("--draft", required=True, help="the draft model, named as in the sweep")
+    parser.add_argument("--ks", type=_ks, default=[1, 3, 5], help="Ks to replay (default 1,3,5)")
+    args = parser.parse_args(argv)
+    check_model_dir("--draft", args.draft)
+    for run_dir in args.runs:
+        result = estimate(run_dir, args.draft, args.ks)
+        rates = ", ".join(f"K={k} {v['acceptance_rate']:.3f}" for k, v in result["ks"].items())
+        print(f"{write(run_dir, args.draft, result)}: acceptance {rates}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
