@@ -76,8 +76,9 @@ data-report: install models ## figures + markdown on the training sets
 PLAN := $(filter plan=true,$(ARGS))
 
 # The report step reads the runs this sweep wrote: its results_dir and sweep name (from ARGS).
-sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override with ARGS="..."), then its report
+sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override with ARGS="..."), calibrate its engines, then its report
 	$(PY) -m harness -m $(ARGS)
+	$(if $(PLAN),,$(PY) -m harness.calibrate $(ARGS))
 	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) $(ARGS))
 
 report: install ## figures + REPORT.md from every stored run
