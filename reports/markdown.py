@@ -301,6 +301,7 @@ def simulation_report(sim: Simulation, shown: list[Shown], steps: int, seed: int
     agree = sim.best_k["best_k_simulated"] == sim.best_k["best_k_analytical"]
     rule_cols: list[Column] = [
         ("case", _col("case")),
+        ("draft sampling", _col("method")),
         ("acceptance: theory", lambda r: num(r["acceptance_theory"], 4)),
         ("simulated", lambda r: num(r["acceptance_simulated"], 4)),
         ("TV(emitted, p)", lambda r: num(r["tv_distance"], 4)),
@@ -309,14 +310,17 @@ def simulation_report(sim: Simulation, shown: list[Shown], steps: int, seed: int
     out = [
         "# Speculative decoding: Monte Carlo vs the analytical model",
         "",
-        f"{steps} verify steps per (a, K), seed {seed}. Toy target p and draft q with "
+        f"{steps} verify steps per (a, K), seed {seed}, draft sampling `{sim.method}` "
+        "(vLLM 0.32 drafts greedily by default). Toy target p and draft q with "
         "acceptance exactly a; every position alike.",
         "",
         "## 1. The accept/reject rule",
         "",
         f"{20 * steps} single-position draws per case: accept x ~ q with probability "
-        "min(1, p(x)/q(x)), else emit from the normalised residual max(0, p - q). The emitted "
-        "token must be distributed as p, and the acceptance must be sum min(p, q).",
+        "min(1, p(x)/q(x)), else emit from the normalised residual max(0, p - q); greedy "
+        "drafting is the same rule with q one-hot at argmax q (accept with probability "
+        "p(argmax q)). The emitted token must be distributed as p, and the acceptance must "
+        "be sum min(p, q) (greedy: p(argmax q)).",
         "",
         table(sim.rules, rule_cols),
         "",

@@ -6,6 +6,10 @@ it emits a token from the normalised residual max(0, p - q); when all K drafts p
 adds a bonus token from p. Every emitted token is then distributed exactly as p, and one
 draft passes with probability a = sum_x min(p(x), q(x)).
 
+Two ways of drafting (:data:`METHODS`, vLLM's ``draft_sample_method``): ``probabilistic``
+samples x ~ q as above; ``greedy`` (vLLM 0.32's default) proposes the draft's argmax, the
+same rule with q one-hot, so a = p(argmax q) and a rejection samples p without that token.
+
 The toy world is context-free: every position has the same target p and draft q, so a
 is the same at each position, as the analytical model assumes. Everything is vectorised
 with numpy and seeded.
@@ -15,6 +19,7 @@ Compute only; ``python -m reports.simulation_report`` draws and writes the resul
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +33,14 @@ COSTS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)  # draft / target cost 
 GRID_ALPHAS = tuple(np.round(np.arange(0.5, 0.951, 0.05), 2))  # best-K check grid
 GRID_COSTS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 VOCAB = 8  # tokens in each half of the toy vocabulary (see toy_pair)
+METHODS = ("greedy", "probabilistic")  # how the draft proposes (vLLM's draft_sample_method)
+
+
+def proposal(q: np.ndarray, method: str) -> np.ndarray:
+    """What the draft proposes from: q itself, or one-hot at argmax q when greedy."""
+    if method not in METHODS:
+        raise ValueError(f"draft_sample_method={method!r}: use one of {', '.join(METHODS)}")
+    return q if method == "probabilistic" else np.eye(len(q))[int(np.argmax(q))]
 
 
 def sample(
@@ -39,9 +52,10 @@ def sample(
     return np.minimum(idx, len(weights) - 1)
 
 
-def acceptance_probability(p: np.ndarray, q: np.ndarray) -> float:
-    """Probability that one draft token is accepted: a = sum_x min(p(x), q(x))."""
-    return float(np.minimum(p, q).sum())
+def acceptance_probability(p: np.ndarray, q: np.ndarray, method: str = "probabilistic") -> float:
+    """Probability that one draft token is accepted: a = sum_x min(p(x), q(x)), with q
+    one-hot when greedy (a = p(argmax q))."""
+    return float(np.minimum(p, proposal(q, method)).sum())
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -56,9 +70,14 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def rejection_sample(
-    p: np.ndarray, q: np.ndarray, size: int | tuple[int, ...], rng: np.random.Generator
+    p: np.ndarray,
+    q: np.ndarray,
+    size: int | tuple[int, ...],
+    rng: np.random.Generator,
+    method: str = "probabilistic",
 ) -> tuple[np.ndarray, np.ndarray]:
     """One draft position, ``size`` times: (emitted token, whether the draft was accepted)."""
+    q = proposal(q, method)
     drafts = sample(q, size, rng)
     accepted = rng.random(size) * q[drafts] < p[drafts]  # u < min(1, p/q), with q(x) > 0
     corrections = sample(residual(p, q), size, rng)
@@ -74,14 +93,19 @@ class Steps:
 
 
 def speculative_steps(
-    p: np.ndarray, q: np.ndarray, k: int, n_steps: int, rng: np.random.Generator
+    p: np.ndarray,
+    q: np.ndarray,
+    k: int,
+    n_steps: int,
+    rng: np.random.Generator,
+    method: str = "probabilistic",
 ) -> Steps:
     """Simulate ``n_steps`` verify steps with ``k`` drafts each.
 
     A step keeps the drafts up to the first rejection, then emits the correction drawn at
     that position, or a bonus token from p when all k passed.
     """
-    tokens, accepted = rejection_sample(p, q, (n_steps, k), rng)
+    tokens, accepted = rejection_sample(p, q, (n_steps, k), rng, method)
     n_accepted = np.cumprod(accepted, axis=1).sum(axis=1)
     with_bonus = np.concatenate([tokens, sample(p, (n_steps, 1), rng)], axis=1)
     last = with_bonus[np.arange(n_steps), n_accepted]  # the correction, or the bonus
@@ -89,14 +113,20 @@ def speculative_steps(
     return Steps(tokens_per_step=n_accepted + 1, emitted=np.concatenate([kept, last]))
 
 
-def toy_pair(a: float, vocab: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A random target p and draft q with acceptance exactly ``a``.
+def toy_pair(
+    a: float, vocab: int, rng: np.random.Generator, method: str = "probabilistic"
+) -> tuple[np.ndarray, np.ndarray]:
+    """A random target p and draft q with acceptance exactly ``a`` under ``method``.
 
-    p lives on the first ``vocab`` tokens, q = a p + (1 - a) r with r on the other
-    ``vocab`` tokens, so sum min(p, q) = a.
+    Probabilistic: p lives on the first ``vocab`` tokens, q = a p + (1 - a) r with r on
+    the other ``vocab`` tokens, so sum min(p, q) = a. Greedy: p(0) = a and the rest of p
+    on tokens 1..vocab-1; q = (one-hot at 0 + r) / 2, so argmax q = 0 and p(argmax q) = a.
     """
-    p = np.concatenate([rng.dirichlet(np.ones(vocab)), np.zeros(vocab)])
     r = np.concatenate([np.zeros(vocab), rng.dirichlet(np.ones(vocab))])
+    if method == "greedy":
+        rest = (1.0 - a) * rng.dirichlet(np.ones(vocab - 1))
+        return np.concatenate([[a], rest, np.zeros(vocab)]), (np.eye(2 * vocab)[0] + r) / 2
+    p = np.concatenate([rng.dirichlet(np.ones(vocab)), np.zeros(vocab)])
     return p, a * p + (1.0 - a) * r
 
 
@@ -126,7 +156,8 @@ def chi_square_critical(dof: int, z: float = 3.09) -> float:
 
 
 def rule_checks(n: int, seed: int) -> pd.DataFrame:
-    """The accept/reject rule on toy pairs: acceptance and emitted distribution vs theory."""
+    """The accept/reject rule on toy pairs under both :data:`METHODS`: acceptance and
+    emitted distribution vs theory."""
     rng = np.random.default_rng(seed)
     p = rng.dirichlet(np.ones(12))
     cases = {
@@ -136,14 +167,15 @@ def rule_checks(n: int, seed: int) -> pd.DataFrame:
         "p = q": (p, p.copy()),
     }
     rows = []
-    for name, (target, draft) in cases.items():
+    for (name, (target, draft)), method in itertools.product(cases.items(), METHODS):
         target, draft = target / target.sum(), draft / draft.sum()
-        tokens, accepted = rejection_sample(target, draft, n, rng)
+        tokens, accepted = rejection_sample(target, draft, n, rng, method)
         stat, dof = chi_square(tokens, target)
         rows.append(
             {
                 "case": name,
-                "acceptance_theory": acceptance_probability(target, draft),
+                "method": method,
+                "acceptance_theory": acceptance_probability(target, draft, method),
                 "acceptance_simulated": float(accepted.mean()),
                 "tv_distance": total_variation(tokens, target),
                 "chi_square": stat,
@@ -154,7 +186,11 @@ def rule_checks(n: int, seed: int) -> pd.DataFrame:
 
 
 def tokens_per_step_table(
-    alphas: tuple[float, ...], ks: tuple[int, ...], n_steps: int, seed: int
+    alphas: tuple[float, ...],
+    ks: tuple[int, ...],
+    n_steps: int,
+    seed: int,
+    method: str = "probabilistic",
 ) -> pd.DataFrame:
     """Simulated mean tokens per step (with its standard error) against E(a, K).
 
@@ -166,8 +202,8 @@ def tokens_per_step_table(
     rows = []
     for i, a in enumerate(alphas):
         rng = np.random.default_rng([seed, i])
-        p, q = toy_pair(a, VOCAB, rng)
-        accepted = speculative_steps(p, q, max(ks), n_steps, rng).tokens_per_step - 1
+        p, q = toy_pair(a, VOCAB, rng, method)
+        accepted = speculative_steps(p, q, max(ks), n_steps, rng, method).tokens_per_step - 1
         for k in ks:
             t = np.minimum(accepted, k) + 1
             rows.append(
@@ -232,12 +268,16 @@ class Simulation:
     best_k: pd.DataFrame  # over GRID_ALPHAS x GRID_COSTS, K = 0..K_MAX
     alphas: tuple[float, ...]  # the acceptance rates of the tables and figures
     ks: tuple[int, ...]  # the draft lengths the report tabulates
+    method: str  # draft sampling of the tokens, speedup and best-K tables (METHODS)
 
 
-def run(n_steps: int, seed: int) -> Simulation:
-    """Run every exercise with ``n_steps`` verify steps per (a, K)."""
-    tokens = tokens_per_step_table(ALPHAS, tuple(range(9)), n_steps, seed)
-    grid = tokens_per_step_table(GRID_ALPHAS, tuple(range(theory.K_MAX + 1)), n_steps, seed + 1)
+def run(n_steps: int, seed: int, method: str = "greedy") -> Simulation:
+    """Run every exercise with ``n_steps`` verify steps per (a, K), drafting by ``method``
+    (the rule checks cover both)."""
+    tokens = tokens_per_step_table(ALPHAS, tuple(range(9)), n_steps, seed, method)
+    grid = tokens_per_step_table(
+        GRID_ALPHAS, tuple(range(theory.K_MAX + 1)), n_steps, seed + 1, method
+    )
     return Simulation(
         rules=rule_checks(20 * n_steps, seed),
         tokens=tokens,
@@ -245,4 +285,5 @@ def run(n_steps: int, seed: int) -> Simulation:
         best_k=best_k_table(speedup_table(grid, GRID_COSTS)),
         alphas=ALPHAS,
         ks=KS,
+        method=method,
     )

@@ -17,13 +17,19 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("reports/out/simulate"), help="output dir")
     parser.add_argument("--steps", type=int, default=20_000, help="verify steps per (a, K)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument(
+        "--draft-sample-method",
+        choices=simulate.METHODS,
+        default="greedy",
+        help="how the draft proposes in the tokens/speedup tables (default: greedy, vLLM's)",
+    )
 
 
 def main(args: argparse.Namespace) -> Path:
     """Simulate, then write figures/*.png and SIMULATION.md under ``args.out``."""
     if args.steps < 2:
         raise SystemExit(f"--steps={args.steps}: need at least 2 verify steps")
-    sim = simulate.run(args.steps, args.seed)
+    sim = simulate.run(args.steps, args.seed, args.draft_sample_method)
     shown = theory_figures.render_simulation(sim, args.out / "figures")
     path = args.out / "SIMULATION.md"
     path.write_text(markdown.simulation_report(sim, shown, args.steps, args.seed))

@@ -53,6 +53,32 @@ def test_acceptance_is_the_overlap_of_p_and_q(case):
     assert abs(accepted.mean() - a) < 4 * se + 1e-12
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_greedy_drafting_accepts_with_the_target_probability_of_the_draft_argmax(case):
+    rng = np.random.default_rng(6)
+    p, q = _pair(case, rng)
+    a = p[np.argmax(q)]
+    assert simulate.acceptance_probability(p, q, "greedy") == pytest.approx(a)
+    tokens, accepted = simulate.rejection_sample(p, q, N, rng, "greedy")
+    se = np.sqrt(max(a * (1 - a), 1e-12) / N)
+    assert abs(accepted.mean() - a) < 4 * se + 1e-12
+    assert set(tokens[accepted]) <= {int(np.argmax(q))}  # only the argmax is ever proposed
+    assert _fits(tokens, p)  # still lossless
+    if case == "random":  # sampling from q would accept sum min(p, q) instead
+        assert abs(simulate.acceptance_probability(p, q) - a) > 10 * se
+
+
+def test_greedy_tokens_per_step_follow_the_formula_with_a_of_the_argmax():
+    table = simulate.tokens_per_step_table((0.6, 0.8), (1, 3, 5), 40_000, 0, "greedy")
+    z = (table["simulated"] - table["analytical"]) / table["se"]
+    assert (z.abs() < 4).all(), table
+    p, q = simulate.toy_pair(0.6, 8, np.random.default_rng(0), "greedy")
+    assert simulate.acceptance_probability(p, q, "greedy") == pytest.approx(0.6)
+    assert simulate.acceptance_probability(p, q) != pytest.approx(0.6)
+    with pytest.raises(ValueError, match="draft_sample_method='typo'"):
+        simulate.proposal(q, "typo")
+
+
 def test_identical_draft_is_always_accepted():
     rng = np.random.default_rng(3)
     p, q = _pair("p equals q", rng)
@@ -119,8 +145,11 @@ def test_same_seed_gives_the_same_simulation():
 
 
 def test_cli_writes_figures_and_markdown(tmp_path):
-    path = simulation_report.main(argparse.Namespace(out=tmp_path, steps=3_000, seed=0))
+    args = argparse.Namespace(out=tmp_path, steps=3_000, seed=0, draft_sample_method="greedy")
+    path = simulation_report.main(args)
     text = path.read_text()
+    assert "draft sampling `greedy`" in text
+    assert "| random p, q | greedy |" in text and "| random p, q | probabilistic |" in text
     assert "| a | K=3 | K=5 | K=7 |" in text
     assert "Break-even" in text
     for name, _, _ in theory_figures.SIM_FIGURES:
