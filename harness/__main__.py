@@ -29,11 +29,6 @@ from harness.config import register_configs
 
 register_configs()
 
-if __name__ == "__mp_main__":  # a process vLLM spawned (engine core, workers)
-    from harness.engine import die_with_parent
-
-    die_with_parent()
-
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> str:

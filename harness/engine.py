@@ -119,30 +119,6 @@ def launches() -> int:
     return _launches
 
 
-_forking_pid = 0  # set in the parent just before each fork
-
-
-def die_with_parent() -> None:
-    """Have the kernel send this process SIGTERM when its parent dies (Linux), so an engine
-    never outlives a killed harness; exit now if the parent is already gone."""
-    import ctypes
-    import signal
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if _forking_pid and os.getppid() != _forking_pid:
-        os._exit(1)
-
-
-def _remember_forking_pid() -> None:
-    global _forking_pid
-    _forking_pid = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):  # vLLM forks its engine processes (or spawns: __main__)
-    os.register_at_fork(before=_remember_forking_pid, after_in_child=die_with_parent)
-
-
 def get(spec: EngineSpec) -> tuple[Engine, bool]:
     """The engine for ``spec`` and whether it was reused; starts (and warms up) one if needed."""
     global _live, _launches

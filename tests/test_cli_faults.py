@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from harness import results
@@ -148,21 +147,9 @@ JOB = "cot-synth_easy-k0-c1-s0-t0-n2"
 
 
 @pytest.mark.slow
-def test_engine_processes_die_with_a_killed_harness(tiny_overrides):
-    proc = _start([*tiny_overrides, "variant=cot", "limit=2"])
-    _wait_for(proc, "stderr", f"{JOB}:")  # the progress bar: the engine is up
-    children = psutil.Process(proc.pid).children(recursive=True)
-    assert children
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    _, alive = psutil.wait_procs(children, timeout=60)
-    assert not alive, [(p.pid, p.name()) for p in alive]
-
-
-@pytest.mark.slow
 def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides, tmp_path):
-    grid = ["-m", "variant=cot", "dataset=synth_easy,synth_medium", "limit=2", "max_tokens=200"]
-    proc = _start([*tiny_overrides, *grid])
+    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=2", "max_tokens=200"]
+    proc = _start(["-m", *tiny_overrides, *grid])
     _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n2:")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     _, err = proc.communicate(timeout=120)
@@ -201,8 +188,8 @@ def test_a_second_sweep_into_the_same_directory_is_refused(tiny_overrides, tmp_p
 def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     tiny_overrides, tmp_path
 ):
-    grid = ["-m", "variant=cot", "dataset=synth_easy,synth_medium", "limit=2", "max_tokens=200"]
-    proc = _start([*tiny_overrides, *grid])
+    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=2", "max_tokens=200"]
+    proc = _start(["-m", *tiny_overrides, *grid])
     _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n2:")
     sweep = tmp_path / "results" / "tiny"
     sweep.rename(tmp_path / "moved")
