@@ -169,8 +169,8 @@ def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
         ax.xaxis.get_major_locator().set_params(integer=True)
     return plotting.finish(
         fig,
-        "Speedup vs K (95% CIs); dashed: E/(Kc+1) with the fitted a and c "
-        "(values and predicted best K in the fits table)",
+        "Speedup vs K (95% CIs); dashed: E/(Kc+1) with the pooled a and the calibrated c "
+        "(values and best K in the fits table)",
         legend_below=True,
     )
 
