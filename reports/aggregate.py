@@ -4,7 +4,8 @@ A group is one configuration of one sweep (:data:`GROUP`); its seeds pool. Stati
 (:data:`RATIOS`) are ratios of sums with percentile-bootstrap intervals over problems
 (:mod:`reports.bootstrap`). Speedups compare a group with the K = 0 runs of the same
 target, prompt style, dataset, temperature and concurrency in the same sweep
-(:data:`BASELINE`), by a paired bootstrap over their problems:
+(:data:`BASELINE`), by a paired bootstrap over the problems both answered (a problem
+one side lacks is left out of both):
 
 - speedup_tpot = baseline mean TPOT / mean TPOT
 - speedup_e2e = baseline mean e2e latency / mean e2e latency
@@ -13,6 +14,12 @@ target, prompt style, dataset, temperature and concurrency in the same sweep
 Per-request acceptance histograms give the per-position acceptance
 (:func:`harness.metrics.position_counts`). Losslessness compares each greedy K > 0 run's
 output hashes with its K = 0 run's (:func:`with_lossless`); a group's is its runs' mean.
+
+Failed requests (finish reason abort/error) are counted (``num_failed``) and left out of
+every statistic; ``num_missing`` counts the problems of the run's problem set
+(:data:`PROBLEM_SET`: the union of problem ids over its runs) a run has no row for. A
+speedup over a baseline that ran on other hardware (CPU model, GPU names) is NaN, with
+the reason in ``speedup_note``; other versions only add a note.
 """
 
 from __future__ import annotations
@@ -23,13 +30,27 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from harness import metrics
+from harness import grading, metrics
 from reports import bootstrap
 
 GROUP = (
     "sweep_id", "target", "target_role", "variant", "draft", "prompt_style", "dataset",
-    "difficulty",
+    "difficulty", "limit", "dataset_digest",
     "temperature", "concurrency", "k",
+)  # fmt: skip
+PROBLEM_SET = ("sweep_id", "dataset", "difficulty", "limit", "dataset_digest")
+FAILED = ("abort", "error")  # vLLM finish reasons of requests that did not complete
+QUANTILES = (0.5, 0.9, 0.99)  # latency percentiles, as vLLM's BenchmarkMetrics
+# every extractor of the headline chains (harness.grading.CHAINS), and "none" (no answer)
+EXTRACTORS = tuple(
+    dict.fromkeys(
+        [n for chains in grading.CHAINS.values() for n, _ in chains["headline"]] + ["none"]
+    )
+)
+# headline extractors outside the strict chain: the fallbacks (last number, "answer is", ...)
+FALLBACKS = frozenset(
+    n for chains in grading.CHAINS.values() for n, _ in chains["headline"]
+    if n not in {m for m, _ in chains["strict"]}
 )  # fmt: skip
 BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k"))
 RUN = ("sweep_id", "run_id")
@@ -57,8 +78,10 @@ RATIOS = (
     Ratio("acceptance_rate", "num_accepted_tokens", "num_draft_tokens"),
     Ratio("mean_acceptance_length", "num_accepted_tokens", "num_spec_steps", 1.0),  # tokens/step
     Ratio("alpha", "num_accepted_tokens", "position_attempts"),  # MLE of per-token acceptance
+    Ratio("truncation_rate", "truncated", "n_finish"),  # finish_reason == "length"
     Ratio("ttft_s", "ttft_s", "n_ttft"),  # seconds
     Ratio("tpot_s", "tpot_s", "n_tpot"),  # seconds per token after the first
+    Ratio("itl_s", "decode_s", "n_gaps"),  # seconds per gap, over all gaps (vLLM's mean ITL)
     Ratio("e2e_s", "e2e_s", "n"),  # seconds
     Ratio("tokens_per_s", "output_tokens", "e2e_s"),  # tokens per second of a request
 )
@@ -109,6 +132,11 @@ def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
     df["n"] = 1.0
     df["n_ttft"] = df["ttft_s"].notna().astype(float)
     df["n_tpot"] = df["tpot_s"].notna().astype(float)
+    df["n_gaps"] = np.where(df["tpot_s"].notna(), df["output_tokens"] - 1, 0.0)
+    df["decode_s"] = df["tpot_s"].astype(float).fillna(0.0) * df["n_gaps"]
+    finish = df.get("finish_reason", pd.Series(None, index=df.index, dtype=object))
+    df["n_finish"] = finish.notna().astype(float)
+    df["truncated"] = (finish == "length").astype(float)
     for way in ("strict", "flexible"):  # NaN in runs recorded before both verdicts
         verdict = df.get(f"correct_{way}", pd.Series(np.nan, index=df.index))
         df[f"correct_{way}"] = verdict
@@ -135,10 +163,8 @@ class Block:
         ]
 
     def on(self, problems: np.ndarray) -> Block:
-        """The same sums laid out on ``problems`` (a sorted superset), zeros elsewhere."""
-        values = np.zeros((len(problems), self.values.shape[1]))
-        values[np.searchsorted(problems, self.problems)] = self.values
-        return Block(problems, values)
+        """The sums of ``problems`` only (a sorted subset of this block's problems)."""
+        return Block(problems, self.values[np.searchsorted(self.problems, problems)])
 
 
 def _labels(index: pd.Index) -> list[tuple]:
@@ -186,10 +212,10 @@ def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataF
     for key, block in groups.items():
         labels = dict(zip(GROUP, key, strict=True))
         base = baselines.get(tuple(key[i] for i in at))
-        if base is None:
+        problems = np.intersect1d(block.problems, base.problems) if base else np.zeros(0)
+        if not len(problems):
             rows.append(labels)
             continue
-        problems = np.union1d(block.problems, base.problems)
         point, lo, hi = bootstrap.paired(
             block.on(problems).arrays(ratios), base.on(problems).arrays(ratios), "ratio",
             n_boot, seed,
@@ -242,36 +268,153 @@ def _run_stats(runs: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def answered(requests: pd.DataFrame) -> pd.DataFrame:
+    """The requests that completed (finish reason not in :data:`FAILED`)."""
+    if "finish_reason" not in requests:
+        return requests
+    return requests[~requests["finish_reason"].isin(FAILED)].reset_index(drop=True)
+
+
+def _losses(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per group: ``num_failed`` requests and ``num_missing`` problems, summed over runs (a
+    run misses the problems of its :data:`PROBLEM_SET` it has no row for)."""
+    failed = requests.get("finish_reason", pd.Series(index=requests.index)).isin(FAILED)
+    universe = requests.groupby(list(PROBLEM_SET), dropna=False)["problem_id"].nunique()
+    per_run = (
+        requests.assign(num_failed=failed.astype(int))
+        .groupby([*GROUP, "run_id"], dropna=False)
+        .agg(_answered=("problem_id", "nunique"), num_failed=("num_failed", "sum"))
+        .reset_index()
+        .merge(universe.rename("_universe").reset_index(), on=list(PROBLEM_SET), how="left")
+    )
+    per_run["num_missing"] = per_run.pop("_universe") - per_run.pop("_answered")
+    return per_run.groupby(list(GROUP), dropna=False)[["num_missing", "num_failed"]].sum()
+
+
+def _quantiles(ok: pd.DataFrame) -> pd.DataFrame:
+    """Per group: p50/p90/p99 of TTFT, TPOT and e2e over requests, and of ITL over gaps
+    (each request's gaps taken equal to its TPOT, so a request weighs output tokens - 1)."""
+    grouped = ok.groupby(list(GROUP), sort=True, dropna=False)
+    parts = [
+        grouped[f"{m}_s"].quantile(list(QUANTILES)).unstack().set_axis(
+            [f"{m}_p{round(100 * q)}_s" for q in QUANTILES], axis=1)
+        for m in ("ttft", "tpot", "e2e")
+    ]  # fmt: skip
+    itl = {}
+    for key, g in ok.dropna(subset=["tpot_s"]).groupby(list(GROUP), sort=True, dropna=False):
+        order = np.argsort(g["tpot_s"].to_numpy(), kind="stable")
+        gap, weight = g["tpot_s"].to_numpy()[order], g["output_tokens"].to_numpy()[order] - 1.0
+        cum = np.cumsum(weight)
+        at = np.minimum(np.searchsorted(cum, np.array(QUANTILES) * cum[-1]), len(gap) - 1)
+        itl[key] = gap[at]
+    names = [f"itl_p{round(100 * q)}_s" for q in QUANTILES]
+    index = pd.MultiIndex.from_tuples(list(itl), names=list(GROUP)) if itl else None
+    parts.append(pd.DataFrame(list(itl.values()), index=index, columns=names))
+    return pd.concat(parts, axis=1)
+
+
+def _answers(ok: pd.DataFrame) -> pd.DataFrame:
+    """Per group: the share of answers each extractor found (``extractor_share_<name>``)
+    and ``n_truncated_fallback_correct``, truncated answers graded correct by a fallback."""
+    ext = ok["extractor"]
+    shares = {f"extractor_share_{n}": (ext == n).astype(float).where(ext.notna())
+              for n in EXTRACTORS}  # fmt: skip
+    lucky = (ok["finish_reason"] == "length") & (ok["correct"] == 1) & ext.isin(FALLBACKS)
+    frame = ok[list(GROUP)].assign(**shares, n_truncated_fallback_correct=lucky.astype(int))
+    how = {c: "mean" for c in shares} | {"n_truncated_fallback_correct": "sum"}
+    return frame.groupby(list(GROUP), sort=True, dropna=False).agg(how)
+
+
+def _repeats(df: pd.DataFrame) -> pd.DataFrame:
+    """Per group, across its seeds (repeats): mean and std of the TPOT speedup (each seed
+    against the baseline's same seed, on the problems both answered) and of acceptance."""
+    tpot, accept = SPEEDUPS["speedup_tpot"], RATIOS[[r.name for r in RATIOS].index(
+        "acceptance_rate")]  # fmt: skip
+    base = blocks(df[df["k"] == 0], (*BASELINE, "seed"))
+    at = [GROUP.index(c) for c in BASELINE]
+    rows = []
+    for key, block in blocks(df, (*GROUP, "seed")).items():
+        other = base.get((*(key[i] for i in at), key[-1]))
+        speedup = np.nan
+        if other is not None and len(problems := np.intersect1d(block.problems, other.problems)):
+            (bn, bd), (vn, vd) = (b.on(problems).arrays((tpot,)) for b in (other, block))
+            speedup = (bn.sum() / bd.sum()) / (vn.sum() / vd.sum())
+        num, den = block.arrays((accept,))
+        rate = num.sum() / den.sum() if den.sum() else np.nan
+        rows.append((*key[:-1], speedup, rate))
+    per_seed = pd.DataFrame(rows, columns=[*GROUP, "speedup_tpot", "acceptance_rate"])
+    return per_seed.groupby(list(GROUP), sort=True, dropna=False).agg(
+        n_repeats=("speedup_tpot", "size"),
+        speedup_tpot_repeat_mean=("speedup_tpot", "mean"),
+        speedup_tpot_repeat_std=("speedup_tpot", "std"),
+        acceptance_rate_repeat_mean=("acceptance_rate", "mean"),
+        acceptance_rate_repeat_std=("acceptance_rate", "std"),
+    )
+
+
+def hardware_id(runs: pd.DataFrame) -> pd.Series:
+    """Per run: CPU model / GPU names, what a speedup must not cross."""
+    cpu = runs.get("hardware_cpu", pd.Series("?", index=runs.index)).fillna("?").astype(str)
+    gpu = runs.get("hardware_gpu", pd.Series(None, index=runs.index, dtype=object))
+    return cpu + " / " + gpu.fillna("no GPU").astype(str)
+
+
+def versions_id(runs: pd.DataFrame) -> pd.Series:
+    """Per run: ``name version`` of every recorded version, comma-separated."""
+    cols = sorted(c for c in runs.columns if c.startswith("versions_"))
+    text = pd.Series("", index=runs.index)
+    for c in cols:
+        text += c.removeprefix("versions_") + " " + runs[c].fillna("?").astype(str) + ", "
+    return text.str.removesuffix(", ")
+
+
+def _same_hardware(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """NaN speedups (with ``speedup_note``) where the baseline ran on other hardware; a
+    note where its versions differ."""
+    runs = runs.astype({c: table[c].dtype for c in BASELINE}).assign(
+        _hw=hardware_id(runs), _ver=versions_id(runs))  # fmt: skip
+    joined = dict.fromkeys(("_hw", "_ver"), lambda s: "; ".join(sorted(set(s))))
+    base = runs[runs["k"] == 0].groupby(list(BASELINE), dropna=False).agg(joined)
+    mine = runs.groupby(list(GROUP), dropna=False).agg(joined)
+    both = table[list(GROUP)].merge(mine.reset_index(), on=list(GROUP), how="left").merge(
+        base.reset_index(), on=list(BASELINE), how="left", suffixes=("", "_base"))  # fmt: skip
+    other_hw = (both["_hw_base"].notna() & (both["_hw"] != both["_hw_base"])).to_numpy()
+    other_ver = (both["_ver_base"].notna() & (both["_ver"] != both["_ver_base"])).to_numpy()
+    note = np.where(other_hw, "no speedup: baseline on " + both["_hw_base"].astype(str)
+                    + ", this on " + both["_hw"].astype(str), "")  # fmt: skip
+    note = np.where(~other_hw & other_ver, "baseline ran other versions: "
+                    + both["_ver_base"].astype(str), note)  # fmt: skip
+    speedups = [c for c in table.columns if c.startswith("speedup_") and "predicted" not in c]
+    table.loc[other_hw, speedups] = np.nan
+    return table.assign(speedup_note=note)
+
+
 def aggregate(
     requests: pd.DataFrame, runs: pd.DataFrame, n_boot: int = bootstrap.N_BOOT, seed: int = 0
 ) -> pd.DataFrame:
     """One row per :data:`GROUP`: every :data:`RATIOS` statistic and speedup with its CI,
-    e2e p50/p90, run counts and run-level throughput (system tokens/s, no CI).
+    latency percentiles, answer extraction, losses, run counts, spread across repeats and
+    run-level throughput (system tokens/s, no CI).
 
     Rows are sorted by sweep, difficulty, dataset, variant, concurrency and K.
     """
     if requests.empty:
         return pd.DataFrame(columns=[*GROUP, "n_problems"])
-    df = with_sums(requests)
+    ok = answered(requests)
+    df = with_sums(ok)
     groups = blocks(df, GROUP)
     stats = _group_stats(groups, n_boot, seed)
     speedups = _speedups(groups, blocks(df[df["k"] == 0], BASELINE), n_boot, seed)
-    quantiles = (
-        df.groupby(list(GROUP), sort=True, dropna=False)["e2e_s"]
-        .quantile([0.5, 0.9])
-        .unstack()
-        .set_axis(["e2e_p50_s", "e2e_p90_s"], axis=1)
-        .reset_index()
-    )
     table = stats.merge(
         df.groupby(list(GROUP), dropna=False).size().rename("n_requests").reset_index(), on=GROUP
     )
-    for extra in (quantiles, _run_stats(runs, stats), speedups):
+    extras = (_quantiles(ok), _answers(ok), _losses(requests), _repeats(df))
+    for extra in (*(e.reset_index() for e in extras), _run_stats(runs, stats), speedups):
         table = table.merge(extra, on=list(GROUP), how="left")
     base_tp = table[table["k"] == 0].groupby(list(BASELINE), dropna=False)["throughput_tok_s"]
     table = table.merge(base_tp.mean().rename("_base").reset_index(), on=BASELINE, how="left")
     table["speedup_throughput"] = table["throughput_tok_s"] / table.pop("_base")
-    return sort_groups(table)
+    return sort_groups(_same_hardware(table, runs))
 
 
 def sort_groups(table: pd.DataFrame, then: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -292,7 +435,7 @@ def positions(
 ) -> pd.DataFrame:
     """Conditional acceptance at each draft position i = 1..K per group, with its CI:
     P(draft i accepted | drafts 1..i-1 accepted). Groups with K = 0 have no rows."""
-    spec = requests[requests["k"] > 0].reset_index(drop=True)
+    spec = answered(requests[requests["k"] > 0])
     if spec.empty:
         return pd.DataFrame(columns=[*GROUP, "position", "acceptance", "lo", "hi"])
     grouped = spec.groupby(list(GROUP), sort=True, dropna=False)
@@ -352,9 +495,13 @@ def contrast(
 ) -> tuple[float, float, float]:
     """One statistic of two request sets compared over their problems (paired bootstrap):
     y / x (``how="ratio"``) or y - x (``how="difference"``), with its 95% CI."""
-    df = with_sums(pd.concat([x.assign(_side=0), y.assign(_side=1)], ignore_index=True))
-    sides = blocks(df, ("_side",))
-    problems = np.union1d(*(b.problems for b in sides.values()))
+    both = pd.concat([x.assign(_side=0), y.assign(_side=1)], ignore_index=True)
+    sides = blocks(with_sums(answered(both)), ("_side",))
+    if len(sides) < 2:
+        return np.nan, np.nan, np.nan
+    problems = np.intersect1d(*(b.problems for b in sides.values()))
+    if not len(problems):
+        return np.nan, np.nan, np.nan
     bx, by = (sides[(side,)].on(problems) for side in (0, 1))
     point, lo, hi = bootstrap.paired(bx.arrays((ratio,)), by.arrays((ratio,)), how, n_boot, seed)
     return float(point[0]), float(lo[0]), float(hi[0])

@@ -39,9 +39,10 @@ OPTIONAL = {
     if f.name not in REQUIRED and f.name not in LEFT_ON_DISK
 }
 COLUMNS = tuple(f.name for f in results.request_schema() if f.name not in LEFT_ON_DISK)
-NESTED = ("config", "versions", "hardware", "spec")  # summary keys that are dicts
+NESTED = ("config", "versions", "hardware", "spec", "git")  # summary keys that are dicts
 NO_DRAFT = "none"
 ROLE = "target_role"  # the target's key in the config (base | cot | cod); ``target`` is its model
+PROBLEM_SET = ("limit", "dataset_digest")  # added to every request and run (problem_set)
 FAILURES = "failures.jsonl"  # the harness's log of failed jobs, one JSON object a line  # the draft column's value for variants without a draft
 
 
@@ -167,6 +168,13 @@ def target_role(summary: dict[str, Any]) -> str:
     return str(variant.get("target") or summary.get("target"))
 
 
+def problem_set(summary: dict[str, Any]) -> dict[str, Any]:
+    """The run's problem set: ``limit`` (0: all problems) and ``dataset_digest`` (the
+    harness's digest of the problems sent; "" when not recorded)."""
+    limit = (summary.get("config") or {}).get("limit")
+    return {"limit": int(limit or 0), "dataset_digest": str(summary.get("dataset_digest") or "")}
+
+
 def _read_job(job: Path) -> tuple[pa.Table, dict[str, Any]] | Skipped:
     try:
         summary = read_summary(job)
@@ -174,7 +182,10 @@ def _read_job(job: Path) -> tuple[pa.Table, dict[str, Any]] | Skipped:
     except RunError as e:
         return Skipped(str(job), str(e))
     role = pa.array([target_role(summary)] * table.num_rows, pa.string())
-    return table.append_column(ROLE, role), summary
+    table = table.append_column(ROLE, role)
+    for name, value in problem_set(summary).items():
+        table = table.append_column(name, pa.array([value] * table.num_rows))
+    return table, summary
 
 
 def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -185,6 +196,7 @@ def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
         for name, value in (summary.get(key) or {}).items():
             row[f"{key}_{name}"] = value
     row[ROLE] = target_role(summary)
+    row |= problem_set(summary)
     row["max_tokens"] = (summary.get("config") or {}).get("max_tokens")
     row["path"] = str(path)
     return row
@@ -199,7 +211,7 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
 
 
 def _empty_requests() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in (*COLUMNS, ROLE)})
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in (*COLUMNS, ROLE, *PROBLEM_SET)})
 
 
 def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int = 8) -> Results:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from reports import hypotheses, theory
+from reports import aggregate, hypotheses, theory
 from reports.plotting import Shown
 
 if TYPE_CHECKING:
@@ -88,6 +88,12 @@ ALL_GROUPS: list[Column] = [
     ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
     ("tok/s speedup", lambda r: ci(r, "speedup_tokens_per_s", 2)),
     ("lossless", lambda r: num(r.get("lossless_fraction"))),
+    ("truncated", lambda r: num(r.get("truncation_rate"))),
+    ("cut off, right by fallback", lambda r: num(r.get("n_truncated_fallback_correct"), 0)),
+    (
+        "missing / failed",
+        lambda r: f"{num(r.get('num_missing'), 0)} / {num(r.get('num_failed'), 0)}",
+    ),
 ]
 FITS: list[Column] = [
     ("dataset", _col("dataset")),
@@ -146,6 +152,17 @@ DEFINITIONS = """\
   a_j from the row's per-position acceptance, T_target the K = 0 baseline's TPOT, T_step(K)
   the calibrated time of one verify step (`python -m harness.calibrate`).
 - pre-flight = acceptance predicted from the K = 0 run's outputs (`python -m harness.preflight`).
+- ITL (aggregates.csv) = inter-token latency; the records carry no per-token times, so a
+  request's gaps are taken equal to its TPOT: mean ITL = decode time / gaps over all
+  requests (vLLM's mean ITL), ITL percentiles weigh each request by its gaps. TTFT, TPOT,
+  e2e: p50/p90/p99 over requests in aggregates.csv.
+- truncated = share of answers cut off at max_tokens (finish reason `length`); "cut off,
+  right by fallback" counts truncated answers graded correct by a fallback extractor
+  (last number; MATH: "answer is" / closing), which can flatter long CoTs;
+  `extractor_share_<name>` in aggregates.csv: share of answers each extractor found.
+- missing / failed = problems of the run's problem set (limit, dataset digest) a run has
+  no row for / requests that ended in abort or error; both are left out of every
+  statistic, and comparisons use only the problems both sides answered.
 - intervals: 95% percentile bootstrap over problems ({n_boot} replicates, seed {seed});
   seeds of one configuration pool.
 """
@@ -218,6 +235,55 @@ def _environment(runs: pd.DataFrame) -> list[str]:
     return out + (["Warnings:", "", *notes, ""] if notes else [])
 
 
+def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """Provenance per distinct (commit, versions, hardware), draft sampling, losses,
+    lucky truncations, speedup notes and the spread across repeats."""
+    commit = runs.get("git_commit", pd.Series("?", index=runs.index)).fillna("?").astype(str)
+    dirty = runs.get("git_dirty", pd.Series(False, index=runs.index)).fillna(False).astype(bool)
+    prov = pd.DataFrame({
+        "commit": commit.str[:12] + np.where(dirty, " (dirty)", ""),
+        "versions": aggregate.versions_id(runs), "hardware": aggregate.hardware_id(runs),
+        "config": runs["variant"] + " K=" + runs["k"].astype(str),
+    })  # fmt: skip
+    rows = prov.groupby(["commit", "versions", "hardware"], sort=True).agg(
+        runs=("config", "size"), configurations=("config", lambda c: ", ".join(sorted(set(c))))
+    ).reset_index()  # fmt: skip
+    out = ["## Provenance", "", table(rows, [(c, _col(c)) for c in rows.columns]), ""]
+    for what in ("hardware", "versions"):
+        if prov[what].nunique() > 1:
+            out += [f"**Warning: the runs differ in {what}**; speedups are never computed "
+                    "across hardware (see the notes below).", ""]  # fmt: skip
+    spec = runs[runs["k"] > 0] if "draft_sample_method" in runs else runs.iloc[:0]
+    methods = spec["draft_sample_method"].fillna("not recorded").value_counts()
+    if len(methods):
+        said = ", ".join(f"{m} ({n} runs)" for m, n in methods.items())
+        out += [f"Draft sampling of the K > 0 runs (vLLM `draft_sample_method`): {said}.", ""]
+    notes = []
+    for _, r in groups.iterrows():
+        name = f"{r['series']} K={r['k']} conc. {r['concurrency']} on {r['dataset']}"
+        if r.get("num_missing", 0) or r.get("num_failed", 0):
+            notes.append(f"- {name}: {num(r['num_missing'], 0)} problem(s) missing and "
+                         f"{num(r['num_failed'], 0)} request(s) failed")  # fmt: skip
+        if r.get("n_truncated_fallback_correct", 0):
+            notes.append(f"- {name}: {num(r['n_truncated_fallback_correct'], 0)} truncated "
+                         "answer(s) graded correct by a fallback extractor")  # fmt: skip
+        if r.get("speedup_note"):
+            notes.append(f"- {name}: {r['speedup_note']}")
+    out += ["Notes:", "", *notes, ""] if notes else []
+    rep = groups[groups.get("n_repeats", pd.Series(0, index=groups.index)) > 1]
+    if len(rep):
+        out += ["## Repeats", "", "Configurations run with several seeds: mean ± std across "
+                "seeds (each seed's TPOT speedup against the baseline's same seed).", "",
+                table(rep, [("dataset", _col("dataset")), ("variant", _col("series")),
+                            ("conc.", _col("concurrency")), ("K", _col("k")),
+                            ("repeats", _col("n_repeats", 0)),
+                            ("TPOT speedup", lambda r: f"{num(r['speedup_tpot_repeat_mean'], 2)} ± "
+                             f"{num(r['speedup_tpot_repeat_std'], 2)}"),
+                            ("accept. rate", lambda r: f"{num(r['acceptance_rate_repeat_mean'])} ± "
+                             f"{num(r['acceptance_rate_repeat_std'])}")]), ""]  # fmt: skip
+    return out
+
+
 def _skipped(skipped: Sequence) -> list[str]:
     if not skipped:
         return []
@@ -279,6 +345,7 @@ def report(
         table(t.table, ALL_GROUPS),
         "",
         *_environment(t.runs),
+        *_trust(t.table, t.runs),
         *_skipped(t.skipped),
         "## Definitions",
         "",

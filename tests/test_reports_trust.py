@@ -1,0 +1,156 @@
+"""Numbers you can trust: paired statistics, problem sets, losses, latency percentiles,
+answer extraction, hardware, repeats and verdicts that can say no (runs with known numbers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reports import aggregate, hypotheses, load
+from reports.report import make_report
+from tests import run_fixtures
+
+V = {v.name: v for v in run_fixtures.SEED_STUDY}
+
+
+def _job(variant: str, k: int, n: int = 4, **kw) -> run_fixtures.Job:
+    return run_fixtures.Job("t", V[variant], "synth_easy", "easy", k, n_problems=n, **kw)
+
+
+def _patch_summary(job_dir: Path, **fields) -> None:
+    path = job_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    for key, value in fields.items():
+        summary[key] = {**summary[key], **value} if isinstance(value, dict) else value
+    path.write_text(json.dumps(summary))
+
+
+def _table(root: Path):
+    r = load.load(root)
+    return r, aggregate.aggregate(r.requests, r.runs, n_boot=100)
+
+
+@pytest.fixture
+def paired(tmp_path):
+    """cot K=0 on 4 problems; cot_sd K=2 answered 3 (one missing, one failed of 4 sent):
+    on the shared problems the TPOT speedup is exactly 2."""
+    base, spec = _job("cot", 0), _job("cot_sd", 2)
+    run_fixtures.write_job(tmp_path, base, run_fixtures.with_columns(
+        run_fixtures.records(base), tpot_s=[0.02, 0.02, 0.02, 1.0]))  # fmt: skip
+    recs = run_fixtures.with_columns(
+        run_fixtures.records(spec), tpot_s=[0.01, 0.01, 5.0, 0.01],
+        finish_reason=["stop", "stop", "abort", "stop"],
+    )[:3]  # fmt: skip
+    run_fixtures.write_job(tmp_path, spec, recs)
+    return tmp_path
+
+
+def test_speedup_is_paired_on_the_problems_both_answered(paired):
+    _, t = _table(paired)
+    spec = t.set_index("k").loc[2]
+    # problems 0 and 1 only: 3 is missing, 2 failed; the union would give 0.27 / 0.01 / 3
+    assert spec["speedup_tpot"] == pytest.approx(2.0)
+    assert spec["n_requests"] == 2
+
+
+def test_missing_and_failed_requests_are_counted(paired, tmp_path):
+    _, t = _table(paired)
+    counts = t.set_index("k")[["num_missing", "num_failed"]]
+    assert counts.loc[2].tolist() == [1, 1] and counts.loc[0].tolist() == [0, 0]
+    text = make_report(paired, tmp_path / "out", n_boot=50).read_text()
+    assert "| missing / failed |" in text and "| 1 / 1 |" in text
+    assert "1 problem(s) missing and 1 request(s) failed" in text
+
+
+def test_runs_with_other_problem_sets_never_pool(tmp_path):
+    for seed, digest in ((0, "aaaa"), (1, "bbbb")):
+        out = run_fixtures.write_job(tmp_path, _job("cot", 0, seed=seed))
+        _patch_summary(out, dataset_digest=digest, config={"limit": 4})
+    _, t = _table(tmp_path)
+    assert len(t) == 2 and set(t["dataset_digest"]) == {"aaaa", "bbbb"}
+    assert (t["n_runs"] == 1).all() and (t["limit"] == 4).all()
+
+
+def test_latency_percentiles_truncation_and_extractors(tmp_path):
+    job = _job("cot", 0, n=5)
+    recs = run_fixtures.with_columns(
+        run_fixtures.records(job),
+        ttft_s=[0.1, 0.2, 0.3, 0.4, 0.5], tpot_s=[0.01, 0.02, 0.03, 0.04, 0.05],
+        output_tokens=[2, 2, 2, 2, 101], e2e_s=[1.0, 2.0, 3.0, 4.0, 5.0],
+        finish_reason=["stop", "length", "length", "stop", "stop"],
+        extractor=["hash", "last_number", "hash", "none", "hash"],
+        correct=[True, True, True, False, True],
+    )  # fmt: skip
+    run_fixtures.write_job(tmp_path, job, recs)
+    _, t = _table(tmp_path)
+    row = t.iloc[0]
+    assert row["ttft_p50_s"] == pytest.approx(0.3) and row["tpot_p50_s"] == pytest.approx(0.03)
+    assert row["e2e_p90_s"] == pytest.approx(4.6) and row["e2e_p99_s"] == pytest.approx(4.96)
+    # ITL over gaps: 1 + 1 + 1 + 1 + 100 gaps, so the last request dominates
+    assert row["itl_s"] == pytest.approx((0.01 + 0.02 + 0.03 + 0.04 + 5.0) / 104)
+    assert row["itl_p50_s"] == pytest.approx(0.05) and row["itl_p99_s"] == pytest.approx(0.05)
+    assert row["truncation_rate"] == pytest.approx(0.4)
+    assert row["extractor_share_hash"] == pytest.approx(0.6)
+    assert row["extractor_share_last_number"] == pytest.approx(0.2)
+    assert row["extractor_share_none"] == pytest.approx(0.2)
+    assert row["n_truncated_fallback_correct"] == 1  # the 2nd: cut off, found by last number
+
+
+def test_no_speedup_across_hardware_and_a_note_across_versions(tmp_path):
+    base = run_fixtures.write_job(tmp_path, _job("cot", 0, n=10))
+    run_fixtures.write_job(tmp_path, _job("cot_sd", 2, n=10))
+    _patch_summary(base, hardware={"cpu": "Other CPU"})
+    _, t = _table(tmp_path)
+    spec = t.set_index("k").loc[2]
+    assert np.isnan(spec["speedup_tpot"]) and np.isnan(spec["speedup_e2e"])
+    assert "baseline on Other CPU / no GPU, this on synthetic / no GPU" in spec["speedup_note"]
+    text = make_report(tmp_path, tmp_path / "out", n_boot=50).read_text()
+    assert "## Provenance" in text and "Other CPU" in text
+    assert "differ in hardware" in text
+    _patch_summary(base, hardware={"cpu": "synthetic"}, versions={"vllm": "0.0.1"})
+    _, t = _table(tmp_path)
+    spec = t.set_index("k").loc[2]
+    assert spec["speedup_tpot"] > 1 and "other versions" in spec["speedup_note"]
+
+
+def test_repeats_show_mean_and_spread_of_speedup_and_acceptance(tmp_path):
+    for seed in (0, 1, 2):
+        for v, k in (("cot", 0), ("cot_sd", 2)):
+            run_fixtures.write_job(tmp_path, _job(v, k, n=30, seed=seed))
+    _, t = _table(tmp_path)
+    spec = t.set_index("k").loc[2]
+    assert spec["n_repeats"] == 3
+    assert spec["speedup_tpot_repeat_mean"] > 1 and spec["speedup_tpot_repeat_std"] > 0
+    assert 0 < spec["acceptance_rate_repeat_std"] < 0.1
+    text = make_report(tmp_path, tmp_path / "out", n_boot=50).read_text()
+    assert "## Repeats" in text
+
+
+def test_speculation_is_refuted_when_no_k_beats_k0(tmp_path):
+    slow = run_fixtures.Variant("cot_sd", "cot", "cot", "cot", 0.7, 200, alpha=0.1, cost=0.9)
+    run_fixtures.write_job(tmp_path, _job("cot", 0, n=200))
+    for k in (1, 3):
+        job = run_fixtures.Job("t", slow, "synth_easy", "easy", k, n_problems=200)
+        run_fixtures.write_job(tmp_path, job)
+    r, t = _table(tmp_path)
+    (v,) = [v for v in hypotheses.judge(r.requests, t, n_boot=100) if v.hypothesis == 2]
+    assert v.verdict == "refuted" and v.evidence.startswith("no K beats K=0: best K=1")
+    assert "held-out half" in v.evidence and "TPOT speedup 0." in v.evidence
+
+
+def test_best_k_is_chosen_on_one_half_and_judged_on_the_other(tmp_path):
+    run_fixtures.write_job(tmp_path, _job("cot", 0, n=100))
+    for k in (1, 3):
+        run_fixtures.write_job(tmp_path, _job("cot_sd", k, n=100))
+    r, t = _table(tmp_path)
+    (v,) = [v for v in hypotheses.judge(r.requests, t, n_boot=100) if v.hypothesis == 2]
+    ids = r.requests.loc[r.requests["k"] == 0, "problem_id"]
+    held_out = ids[hypotheses.half(ids) == 1]
+    y = r.requests[(r.requests["k"] == 3) & r.requests["problem_id"].isin(held_out)]
+    x = r.requests[(r.requests["k"] == 0) & r.requests["problem_id"].isin(held_out)]
+    expected = x["tpot_s"].mean() / y["tpot_s"].mean()
+    assert f"TPOT speedup {expected:.2f} [" in v.evidence and "best K=3" in v.evidence
+    assert v.verdict == "supported"
