@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from reports import aggregate, bootstrap, fit, hypotheses, load, rejections
+from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, specbench
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ def build_tables(
     req, runs = results.requests, aggregate.with_lossless(results.requests, results.runs)
     positions = aggregate.positions(req, n_boot, seed)
     table = fit.with_predictions(aggregate.aggregate(req, runs, n_boot, seed), positions, runs)
+    table = table.merge(specbench.spec_bench(req), on=list(aggregate.GROUP), how="left")
     multi = req["sweep_id"].nunique() > 1
     fits = fit.fit(table, req, runs, n_boot, seed)
     return ReportTables(
