@@ -24,9 +24,7 @@ concurrency is not measured again.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -35,6 +33,7 @@ from typing import Any
 
 from harness import metrics
 from harness.checks import command
+from harness.files import file_digest, json_digest, write_text
 
 CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not a run)
 PROMPT_TOKENS = 64
@@ -98,10 +97,10 @@ def model_identity(name: str) -> str:
         return name
     manifest = path / "manifest.json"
     if manifest.is_file():
-        return hashlib.sha256(manifest.read_bytes()).hexdigest()[:16]
+        return file_digest(manifest)
     files = sorted(p for p in path.rglob("*") if p.is_file())
     stats = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
+    return json_digest(stats)
 
 
 def identity(entry: Entry) -> dict[str, Any]:
@@ -119,8 +118,7 @@ def identity(entry: Entry) -> dict[str, Any]:
 
 def cache_key(entry: Entry) -> str:
     """The calibration file's name: a digest of :func:`identity`."""
-    digest = hashlib.sha256(json.dumps(identity(entry), sort_keys=True, default=str).encode())
-    return digest.hexdigest()[:16]
+    return json_digest(identity(entry), default=str)
 
 
 def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
@@ -215,11 +213,7 @@ def calibrate(entry: Entry, concurrencies: Sequence[int], out_dir: Path, force: 
 def save(path: Path, record: dict[str, Any]) -> Path:
     """Write a calibration record atomically (keys: target, draft, k, identity,
     measurements: concurrency -> :class:`Measurement` fields)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1, default=str))
-    tmp.replace(path)
-    return path
+    return write_text(path, json.dumps(record, indent=1, default=str))
 
 
 def table(sweep_dir: Path) -> list[dict[str, Any]]:

@@ -16,9 +16,9 @@ from harness import engine as engines
 from harness import metrics, provenance, results
 from harness.config import ConfigError
 from harness.datasets import DatasetError
+from harness.files import key_digest
 from harness.records import RequestRecord, RunSummary
 from harness.runner import PreparedJob, prepare, run, warm_up
-from train.manifest import digest
 
 # What happened to a job (the Hydra task function's return value).
 RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
@@ -34,7 +34,7 @@ def models_used(cfg: Any, job: PreparedJob) -> dict[str, dict[str, Any]]:
 
 def problems_digest(job: PreparedJob) -> str:
     """Digest of the problems actually sent: ids and prompt token ids."""
-    return digest([[r.problem.id, list(r.prompt_token_ids)] for r in job.requests])
+    return key_digest([[r.problem.id, list(r.prompt_token_ids)] for r in job.requests])
 
 
 def run_key(cfg: Any, job: PreparedJob, models: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -45,7 +45,7 @@ def run_key(cfg: Any, job: PreparedJob, models: dict[str, dict[str, Any]]) -> di
         "config": results.config_hash(cfg),
         **{f"model {key}": identity["digest"] for key, identity in models.items()},
         "problems": problems_digest(job),
-        "system prompt": digest(cfg.prompts[cfg.variant.prompt_style]),
+        "system prompt": key_digest(cfg.prompts[cfg.variant.prompt_style]),
         "draftbench": str(versions["draftbench"]),
         "vllm": str(versions["vllm"]),
     }
@@ -89,7 +89,7 @@ def summarize(
         counter_mismatch=mismatch,
         run_key=key,
         models=models,
-        dataset_digest=digest([asdict(r.problem) for r in job.requests]),
+        dataset_digest=key_digest([asdict(r.problem) for r in job.requests]),
         git=provenance.git_state(),
         command=provenance.command(),
     )

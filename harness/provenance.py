@@ -10,7 +10,6 @@ the run key (``harness.job``); the whole dict into ``summary.json``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import subprocess
@@ -21,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.checks import looks_local
-from train.manifest import digest, read_manifest
+from harness.files import file_digest, key_digest
+from train.manifest import read_manifest
 
 # Files whose contents shape what the engine computes (besides the weights).
 CONTENT_FILES = (
@@ -41,7 +41,7 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 
 def _files_fingerprint(model_dir: Path) -> dict[str, Any]:
     contents = {
-        name: hashlib.sha256((model_dir / name).read_bytes()).hexdigest()[:16]
+        name: file_digest(model_dir / name)
         for name in CONTENT_FILES
         if (model_dir / name).is_file()
     }
@@ -69,11 +69,11 @@ def model_identity(name: str) -> dict[str, Any]:
         identity: dict[str, Any] = {
             "model": str(model_dir),
             "manifest_key": manifest.key if manifest else None,
-            "files": digest(_files_fingerprint(model_dir)),
+            "files": key_digest(_files_fingerprint(model_dir)),
         }
     else:
         identity = {"model": name, "revision": _cached_revision(name)}
-    return {**identity, "digest": digest(identity)}
+    return {**identity, "digest": key_digest(identity)}
 
 
 def versions() -> dict[str, str | None]:

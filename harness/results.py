@@ -9,7 +9,6 @@ models, problems, prompts, versions: ``harness.job.run_key``) is skipped on re-r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.files import atomic_dir, json_digest
 from harness.records import RequestRecord, RunSummary, request_columns
 
 SUMMARY = "summary.json"
@@ -107,7 +107,7 @@ def resolved_config(cfg: Any) -> dict[str, Any]:
 def config_hash(cfg: Any) -> str:
     """Digest of the resolved config minus keys that do not change the results."""
     config = {k: v for k, v in resolved_config(cfg).items() if k not in UNHASHED_KEYS}
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    return json_digest(config)
 
 
 def read_summary(job_dir: Path) -> dict[str, Any] | None:
@@ -146,21 +146,12 @@ def write_job(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    parent, name = job_dir.parent, job_dir.name
-    parent.mkdir(parents=True, exist_ok=True)
-    for stale in [*parent.glob(f".tmp-{name}-*"), *parent.glob(f".old-{name}-*")]:
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp, old = parent / f".tmp-{name}-{os.getpid()}", parent / f".old-{name}-{os.getpid()}"
-    tmp.mkdir()
     table = pa.Table.from_pylist([r.to_row() for r in records], schema=request_schema())
-    pq.write_table(table, tmp / REQUESTS)
-    (tmp / SUMMARY).write_text(json.dumps(summary.to_row(), indent=2) + "\n")
-    if hydra_dir is not None and hydra_dir.is_dir():
-        shutil.copytree(hydra_dir, tmp / ".hydra")
-    if job_dir.exists():
-        job_dir.rename(old)
-    tmp.rename(job_dir)
-    shutil.rmtree(old, ignore_errors=True)
+    with atomic_dir(job_dir) as tmp:
+        pq.write_table(table, tmp / REQUESTS)
+        (tmp / SUMMARY).write_text(json.dumps(summary.to_row(), indent=2) + "\n")
+        if hydra_dir is not None and hydra_dir.is_dir():
+            shutil.copytree(hydra_dir, tmp / ".hydra")
 
 
 LOCK = ".lock"

@@ -14,8 +14,6 @@ BasicSweeper, composes every combination and hands them to :func:`plan`, which
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +22,7 @@ from omegaconf import OmegaConf
 
 from harness.config import ConfigError, has_speculator, validate
 from harness.engine import EngineSpec
+from harness.files import json_digest
 from harness.results import config_hash, job_name, resolved_config
 
 
@@ -56,7 +55,7 @@ def _baseline_identity(cfg: Any) -> str:
     """What a k = 0 job computes: its config with the variant reduced to target and style."""
     config = resolved_config(cfg)
     config["variant"] = {"target": cfg.variant.target, "prompt_style": cfg.variant.prompt_style}
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    return json_digest(config, length=None)
 
 
 def _check_unique_names(jobs: Sequence[tuple[list[str], Any]]) -> None:

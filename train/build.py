@@ -26,7 +26,6 @@ An interrupted training run resumes from its last checkpoint.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from dataclasses import asdict, dataclass
@@ -36,6 +35,7 @@ from harness import synth
 from harness.checks import command, config_vocab_size
 from harness.config import ConfigError, compose_config
 from harness.datasets import load_problems
+from harness.files import atomic_dir, replace_dir, write_text
 from train.config import STYLES, SFTSettings, TrainConfig, compose_train_config
 from train.data import DataLeakError
 from train.manifest import (
@@ -82,12 +82,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     """Write ``rows`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
-    )
-    os.replace(tmp, path)
+    write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
 def sft_sets(cfg: TrainConfig) -> dict[str, dict[str, dict[str, list[dict]]]]:
@@ -190,8 +185,7 @@ def train_model(
         examples=len(rows),
     )
     write_manifest(tmp, manifest)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    replace_dir(tmp, out)
     print(
         f"[build] {role}: {result.steps} steps, loss {result.final_loss:.3f} -> {out}", flush=True
     )
@@ -231,7 +225,8 @@ def scratch_bases(
     tok_key = digest({"texts": data_hash({"t": t} for t in texts), "vocab": sc.vocab_size})
     tok_dir = work / f"tokenizer-{tok_key}"
     if not tok_dir.is_dir():
-        _atomic_dir(tok_dir, lambda tmp: build_tokenizer(texts, sc.vocab_size, tmp))
+        with atomic_dir(tok_dir) as tmp:
+            build_tokenizer(texts, sc.vocab_size, tmp)
     tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
     rows = pretrain_rows(chats, pages, exp.prompts, tokenizer, seed=0)
     bases = []
@@ -242,9 +237,8 @@ def scratch_bases(
         init_key = digest({"tokenizer": tok_key, "shape": asdict(shape)})
         init_dir = work / f"{role}-init-{init_key}"
         if not init_dir.is_dir():
-            _atomic_dir(
-                init_dir, lambda tmp, s=shape: build_random_model(s, tokenizer, tmp, seed=0)
-            )
+            with atomic_dir(init_dir) as tmp:
+                build_random_model(shape, tokenizer, tmp, seed=0)
         bases.append(
             train_model(role, Built(str(init_dir), init_key), rows, None, settings, out, cfg)
         )
@@ -313,14 +307,6 @@ def run(cfg: TrainConfig) -> dict[str, str]:
         )
         built |= {f"target_{style}": target.path, f"draft_{style}": draft.path}
     return built
-
-
-def _atomic_dir(path: Path, write) -> None:
-    """Run ``write(tmp_dir)`` and move the result to ``path`` (no half-written dirs)."""
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def _pretrained(name: str) -> Built:

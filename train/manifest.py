@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.files import key_digest as digest
+from harness.files import write_text
 
 MANIFEST = "manifest.json"
 
@@ -37,12 +39,6 @@ class Manifest:
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def digest(obj: Any) -> str:
-    """A short stable hash of JSON-serialisable ``obj``."""
-    blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def data_hash(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -72,11 +68,7 @@ def read_manifest(model_dir: str | Path) -> Manifest | None:
 
 def write_manifest(model_dir: str | Path, manifest: Manifest) -> Path:
     """Write ``manifest.json`` atomically (it marks the directory complete)."""
-    path = Path(model_dir) / MANIFEST
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest.to_row(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text(Path(model_dir) / MANIFEST, json.dumps(manifest.to_row(), indent=2) + "\n")
 
 
 def is_current(model_dir: str | Path, key: str) -> bool:

@@ -8,13 +8,12 @@ is the pipeline's job, so every drop is counted in one place). LLM teachers shar
 
 from __future__ import annotations
 
-import hashlib
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from string import Template
 
+from harness.files import json_digest
 from harness.problems import Problem
 from train.formats import CodBounds
 
@@ -82,7 +81,7 @@ class TeacherPrompts:
 
     def digest(self) -> str:
         """Short hash of the templates (recorded in manifests and checkpoints)."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        return json_digest(asdict(self))
 
 
 def _fields(

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.files import write_text
 from train.data_config import GeminiConfig
 from train.formats import CodBounds
 from train.teachers.base import PromptedTeacher, Reply, TeacherPrompts, TeacherRequest
@@ -278,16 +279,13 @@ class Checkpoint:
         self.malformed_lines: int = data.get("malformed_lines", 0)
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
         data = {
             "jobs": self.jobs,
             "replies": self.replies,
             "errors": self.errors,
             "malformed_lines": self.malformed_lines,
         }
-        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False))
-        os.replace(tmp, self.path)
+        write_text(self.path, json.dumps(data, indent=1, ensure_ascii=False))
 
     def reply(self, key: str, digest: str) -> Reply | None:
         stored = self.replies.get(key)
