@@ -128,3 +128,18 @@ def test_the_import_graph_sees_lazy_and_relative_imports():
 def test_no_import_cycles_between_project_modules():
     found = cycles(import_graph())
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_the_harness_imports_no_later_stage():
+    """Data flows harness -> train -> reports: the harness imports neither, except
+    provenance reading a model directory's manifest (the format ``train`` owns)."""
+    graph = import_graph()
+    upward = {
+        (module, target)
+        for module, targets in graph.items()
+        if module.startswith("harness")
+        for target in targets
+        if target.startswith(("train", "reports"))
+    }
+    assert upward <= {("harness.provenance", "train.manifest")}, sorted(upward)
+    assert "harness.files" in graph["train.manifest"]  # the one digest of model keys
