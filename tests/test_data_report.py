@@ -1,5 +1,7 @@
 """The training-data report: length statistics, markdown tables and figures."""
 
+import json
+
 import pytest
 
 from harness import synth
@@ -89,3 +91,13 @@ def test_cod_to_cot_ratio_is_the_ratio_of_mean_lengths():
     assert (r.stats("cot").mean, r.stats("cod").mean) == (5.0, 2.0)
     assert r.ratio() == pytest.approx(0.4)
     assert DifficultyReport("easy", manifest({}), {"cot": [], "cod": []}).ratio() is None
+
+
+def test_completions_keep_texts_whose_prompt_holds_a_unicode_line_separator(tmp_path):
+    row = {
+        "prompt": [{"role": "user", "content": "a\u2028b"}],
+        "completion": [{"content": "#### 1"}],
+    }
+    path = tmp_path / "cot_train.jsonl"
+    path.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert data_report.completions(path) == ["#### 1"]

@@ -1,6 +1,7 @@
 """Training data: problems -> teacher CoT -> CoD summaries -> cleaning -> SFT sets.
 
     python -m train.data experiment=tiny             # offline: synthetic teacher, seconds
+    python -m train.data experiment=smollm2 datasets_dir=path/to/datasets  # GSM8K's own solutions
     python -m train.data experiment=qwen2.5 confirm=true \\
         datasets.easy.train.path=gsm8k_train.jsonl datasets.easy.eval.path=gsm8k_test.jsonl ...
     python -m train.data experiment=qwen2.5 teacher=vllm vllm.model=Qwen/Qwen2.5-72B-Instruct
@@ -329,6 +330,10 @@ def make_teacher(cfg: DataConfig, work_dir: Path, difficulty: str) -> Teacher:
         from train.teachers.synthetic import SyntheticTeacher
 
         return SyntheticTeacher()
+    if cfg.teacher == "gsm8k":
+        from train.teachers.gsm8k import Gsm8kTeacher
+
+        return Gsm8kTeacher()
     if cfg.teacher == "gemini":
         from train.teachers.gemini import GeminiTeacher
 

@@ -19,7 +19,11 @@ from train.formats import CodBounds
 from train.teachers.base import TeacherPrompts
 from train.teachers.vllm_teacher import VllmTeacherConfig
 
-TEACHERS = ("synthetic", "gemini", "vllm")
+TEACHERS = ("synthetic", "gemini", "vllm", "gsm8k")
+SOLVES = {
+    "synthetic": "synth",
+    "gsm8k": "gsm8k",
+}  # the one dataset source a model-free teacher reads
 
 
 @dataclass
@@ -72,11 +76,12 @@ class DataConfig:
     """One ``python -m train.data`` run: every difficulty of one experiment."""
 
     experiment: str = MISSING
-    teacher: str = "synthetic"  # synthetic | gemini | vllm
+    teacher: str = "synthetic"  # synthetic | gemini | vllm | gsm8k
     datasets: dict[str, SourceConfig] = field(default_factory=dict)  # by difficulty
     limit: int | None = None  # training problems per difficulty sent to the teacher; None = all
     val_fraction: float = 0.05  # share of kept examples held out, chosen by problem-id hash
     out_dir: str = "data"
+    datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     confirm: bool = False  # gemini: accept the cost estimate without asking
     min_kept_share: float = 0.1  # a teacher stage keeping less of what it was sent fails
     cod: CodBounds = field(default_factory=CodBounds)  # the study's 3-5 steps of <= 5 words
@@ -132,11 +137,12 @@ def validate_data(cfg: DataConfig) -> None:
             source.train.split,
             "train and eval read the same split",
         )
+        solves = SOLVES.get(cfg.teacher, source.train.source)
         check(
-            cfg.teacher != "synthetic" or source.train.source == "synth",
+            source.train.source == solves,
             "teacher",
             cfg.teacher,
-            f"the synthetic teacher only solves synth datasets, not {source.train.name}",
+            f"the {cfg.teacher} teacher only solves {solves} datasets, not {source.train.name}",
         )
     check(
         cfg.teacher != "vllm" or bool(cfg.vllm.model),

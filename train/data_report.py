@@ -68,7 +68,9 @@ class DifficultyReport:
 
 
 def completions(path: Path) -> list[str]:
-    return [json.loads(line)["completion"][0]["content"] for line in path.read_text().splitlines()]
+    """Assistant texts of an SFT set; a line ends at a newline only (GSM8K holds U+2028)."""
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line)["completion"][0]["content"] for line in f if line.strip()]
 
 
 def load_difficulty(directory: Path, count_tokens: Callable[[str], int]) -> DifficultyReport:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 ANSWER_MARK = "####"
 _LIST_MARKER = re.compile(r"^(?:step\s*\d+\s*[.):]|\d+\s*[.):]|[-*•])\s*", re.IGNORECASE)
-_CALCULATOR_TAG = re.compile(r"<<[^>]*>>")
+CALCULATOR_TAG = re.compile(r"<<([^>]*)>>")  # GSM8K's <<48/2=24>>
 
 
 @dataclass
@@ -102,6 +102,6 @@ def check_cot(text: str) -> Verdict:
     if reason is None:
         if not steps:
             reason = "no_steps"
-        elif _CALCULATOR_TAG.search(text):
+        elif CALCULATOR_TAG.search(text):
             reason = "calculator_tags"
     return Verdict(reason is None, reason or "ok", len(steps), _longest(steps), answer)

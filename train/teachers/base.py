@@ -4,6 +4,8 @@ A teacher answers by problem id with :class:`Reply` records; it never filters (c
 is the pipeline's job, so every drop is counted in one place). LLM teachers share
 :class:`PromptedTeacher`: the prompt templates come from config (``prompts.*`` in
 ``conf/data/common.yaml``) and one :meth:`PromptedTeacher.complete` call runs a stage.
+Teachers without a model (synthetic, GSM8K) derive both texts from the gold solution:
+:class:`SolutionTeacher`.
 """
 
 from __future__ import annotations
@@ -116,6 +118,20 @@ class Teacher(ABC):
     @abstractmethod
     def write_cod(self, problems: Sequence[Problem], cots: Mapping[str, str]) -> dict[str, Reply]:
         """A chain of draft per problem, compressed from ``cots[problem.id]``."""
+
+
+class SolutionTeacher(Teacher):
+    """A teacher without a model: both texts derived from the problem's gold solution."""
+
+    @abstractmethod
+    def solve(self, problem: Problem) -> tuple[str, str]:
+        """The (CoT, CoD) texts of one problem."""
+
+    def write_cot(self, problems: Sequence[Problem]) -> dict[str, Reply]:
+        return {p.id: Reply(p.id, self.solve(p)[0], "stop") for p in problems}
+
+    def write_cod(self, problems: Sequence[Problem], cots: Mapping[str, str]) -> dict[str, Reply]:
+        return {p.id: Reply(p.id, self.solve(p)[1], "stop") for p in problems}
 
 
 class PromptedTeacher(Teacher):

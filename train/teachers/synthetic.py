@@ -8,10 +8,9 @@ operations, so at most five lines), then ``#### <answer>``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
 
 from harness.problems import Problem
-from train.teachers.base import Reply, Teacher
+from train.teachers.base import SolutionTeacher
 
 _EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 
@@ -27,14 +26,11 @@ def solutions(problem: Problem) -> tuple[str, str]:
     return problem.gold_solution, cod
 
 
-class SyntheticTeacher(Teacher):
+class SyntheticTeacher(SolutionTeacher):
     """Returns the programmatic CoT and CoD of synthetic problems (offline, instant)."""
 
     name = "synthetic"
     model = "train.teachers.synthetic.solutions"
 
-    def write_cot(self, problems: Sequence[Problem]) -> dict[str, Reply]:
-        return {p.id: Reply(p.id, solutions(p)[0], "stop") for p in problems}
-
-    def write_cod(self, problems: Sequence[Problem], cots: Mapping[str, str]) -> dict[str, Reply]:
-        return {p.id: Reply(p.id, solutions(p)[1], "stop") for p in problems}
+    def solve(self, problem: Problem) -> tuple[str, str]:
+        return solutions(problem)
