@@ -23,7 +23,7 @@ else
   VLLM_KIND := $(VLLM)
 endif
 
-.PHONY: help install test test-fast lint format sweep report simulate models data data-report bench clean
+.PHONY: help install test test-fast lint format sweep report simulate models data data-report bench peers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -89,6 +89,9 @@ simulate: install ## Monte Carlo of speculative decoding vs the analytical model
 
 bench: install ## harness overhead vs bare vLLM, and engine launches per sweep
 	$(PY) bench/overhead.py
+
+peers: install ## HF assisted generation and vllm bench latency beside draftbench (ARGS="--help")
+	$(PY) bench/peers.py $(ARGS)
 
 clean: ## remove results, reports and caches (keeps .venv and models)
 	rm -rf results outputs multirun reports/out .pytest_cache .ruff_cache

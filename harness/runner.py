@@ -160,13 +160,19 @@ def generate(
                 submit()
 
 
+def latencies(output: Any) -> tuple[float, float]:
+    """(TTFT, e2e) seconds of one finished ``vllm.RequestOutput``, both from its arrival."""
+    stats = output.metrics
+    return stats.first_token_latency, stats.first_token_latency + (
+        stats.last_token_ts - stats.first_token_ts
+    )
+
+
 def to_record(info: JobInfo, request: Request, output: Any, tokenizer: Any) -> RequestRecord:
     """The record of one finished ``vllm.RequestOutput``."""
     completion = output.outputs[0]
     ids = tuple(completion.token_ids)
-    stats = output.metrics
-    ttft = stats.first_token_latency
-    e2e = ttft + (stats.last_token_ts - stats.first_token_ts)
+    ttft, e2e = latencies(output)
     verdict = grade(completion.text, request.problem.gold_answer, request.problem.answer_style)
     spec = completion.spec_decode_metrics
     counts = metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens) if spec else None

