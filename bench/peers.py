@@ -1,6 +1,6 @@
 """draftbench beside its peers: HF assisted generation and ``vllm bench latency`` (prints figures).
 
-    python bench/peers.py                  # tiny cot pair + SmolLM2, about 6 minutes on 2 cores
+    python bench/peers.py                  # tiny cot pair, then SmolLM2
     python bench/peers.py --parts hf --prompts 4 --rounds 2
 
 1. HF transformers assisted generation (``generate(assistant_model=draft, do_sample=False)``,
