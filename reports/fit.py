@@ -3,8 +3,10 @@ configuration.
 
 Per K > 0 group (:func:`with_predictions`, columns added to the aggregates):
 
-- E: tokens per verify step from the group's conditional per-position acceptance
-  (:func:`reports.theory.expected_tokens_from_rates`; no flatness assumed).
+- E: tokens per verify step from the group's conditional per-position acceptance (no
+  flatness assumed) over the group's own output lengths
+  (:func:`reports.theory.tokens_per_step`: the last step of a short answer is cut at its
+  end; TPOT is a mean over requests).
 - T_target: the K = 0 baseline's mean TPOT; T_step: the calibrated seconds per verify
   step of the group's engine spec at its concurrency (``harness.calibrate``), never the
   group's own timing. ``speedup_tpot_predicted`` = E x T_target / T_step.
@@ -12,7 +14,8 @@ Per K > 0 group (:func:`with_predictions`, columns added to the aggregates):
   calibrated per token at K = 0 (the draft run as a target).
 - ``acceptance_preflight``, ``mean_acceptance_length_preflight``: the estimate from the
   K = 0 baseline's outputs (``harness.preflight``) pooled over its runs;
-  ``speedup_tpot_preflight`` uses it for E. Columns are NaN without the files.
+  ``speedup_tpot_preflight`` takes E from the replayed steps of each request (exact
+  step counts, no length correction needed). Columns are NaN without the files.
 
 Per draft configuration (:func:`fit`, a group of :data:`reports.aggregate.GROUP` without
 K): a pooled over its K (per-position MLE with a bootstrap CI, and from vLLM's counters),
@@ -64,36 +67,57 @@ def preflights(runs: pd.DataFrame) -> pd.DataFrame:
     from harness import preflight
 
     keys = [*aggregate.BASELINE, "draft", "k"]
-    sums = ["num_drafts", "num_draft_tokens", "num_accepted_tokens"]
+    sums = ["num_drafts", "num_draft_tokens", "num_accepted_tokens", "_steps_per_token", "_n"]
     rows = []
     for _, run in runs[runs["k"] == 0].iterrows() if not runs.empty else []:
         for draft, result in preflight.read(Path(run["path"])).items():
+            agree = [[b == "1" for b in bits] for bits in result.get("agree", {}).values()]
+            agree = [a for a in agree if a]
             for k, counts in result["ks"].items():
                 base = {c: run[c] for c in aggregate.BASELINE}
-                rows.append({**base, "draft": draft, "k": int(k), **{c: counts[c] for c in sums}})
+                # replayed steps per decode token of each request, for the mean TPOT
+                ratios = [len(preflight.greedy_steps(a, int(k))) / len(a) for a in agree]
+                extra = {"_steps_per_token": sum(ratios), "_n": len(ratios)}
+                rows.append({**base, "draft": draft, "k": int(k), **counts, **extra})
     if not rows:
         return pd.DataFrame(columns=[*keys, "acceptance_preflight",
-                                     "mean_acceptance_length_preflight"])  # fmt: skip
+                                     "mean_acceptance_length_preflight", "_e_preflight"])  # fmt: skip
     pooled = pd.DataFrame(rows).groupby(keys, dropna=False)[sums].sum().reset_index()
     pooled["acceptance_preflight"] = pooled["num_accepted_tokens"] / pooled["num_draft_tokens"]
     pooled["mean_acceptance_length_preflight"] = (
         1 + pooled["num_accepted_tokens"] / pooled["num_drafts"]
     )
+    # E for the mean TPOT from the replayed steps (files without ``agree``: the pooled E)
+    e = pooled["_n"] / pooled["_steps_per_token"].where(pooled["_n"] > 0)
+    pooled["_e_preflight"] = e.fillna(pooled["mean_acceptance_length_preflight"])
     return pooled.drop(columns=sums)
 
 
+def _decode_tokens(requests: pd.DataFrame) -> pd.Series:
+    """Per group: the decode tokens (output tokens - 1) of the answered requests with a TPOT."""
+    done = aggregate.answered(requests).dropna(subset=["tpot_s"])
+    tokens = done["output_tokens"].astype(int) - 1
+    return tokens.groupby([done[c] for c in aggregate.GROUP], dropna=False).agg(list)
+
+
 def with_predictions(
-    table: pd.DataFrame, positions: pd.DataFrame, runs: pd.DataFrame
+    table: pd.DataFrame, positions: pd.DataFrame, runs: pd.DataFrame, requests: pd.DataFrame
 ) -> pd.DataFrame:
     """``table`` (aggregates) plus the :data:`PREDICTED` columns (NaN on K = 0 rows)."""
     table = table.drop(columns=list(PREDICTED), errors="ignore")
     if table.empty:
         return table.assign(**{c: pd.Series(dtype=float) for c in PREDICTED})
     group = list(aggregate.GROUP)
+    rates = positions.sort_values("position").groupby(group, dropna=False)["acceptance"]
     e = (
-        positions.sort_values("position").groupby(group, dropna=False)["acceptance"]
-        .agg(theory.expected_tokens_from_rates).rename("_e").reset_index()
-    )  # fmt: skip
+        rates.agg(list)
+        .rename("_rates")
+        .reset_index()
+        .merge(_decode_tokens(requests).rename("_tokens").reset_index(), on=group, how="left")
+    )
+    e["_e"] = [theory.tokens_per_step(r, t if isinstance(t, list) else [])
+               for r, t in zip(e["_rates"], e["_tokens"], strict=True)]  # fmt: skip
+    e = e[[*group, "_e"]]
     base = table.loc[table["k"] == 0, [*aggregate.BASELINE, "tpot_s"]]
     base = base.groupby(list(aggregate.BASELINE), dropna=False)["tpot_s"].mean()
     cal = calibration(runs)
@@ -117,7 +141,7 @@ def with_predictions(
     )
     out["speedup_tpot_predicted_simple"] = out.pop("_e") / (out["k"] * out["c"] + 1.0)
     out["speedup_tpot_preflight"] = theory.speedup_from_costs(
-        out["mean_acceptance_length_preflight"], out["t_target_s"], out["t_step_s"]
+        out.pop("_e_preflight"), out["t_target_s"], out["t_step_s"]
     )
     out.loc[~spec, list(PREDICTED)] = np.nan
     return out

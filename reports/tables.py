@@ -41,7 +41,8 @@ def build_tables(
     """Aggregate, fit and judge the loaded runs."""
     req, runs = results.requests, aggregate.with_lossless(results.requests, results.runs)
     positions = aggregate.positions(req, n_boot, seed)
-    table = fit.with_predictions(aggregate.aggregate(req, runs, n_boot, seed), positions, runs)
+    table = aggregate.aggregate(req, runs, n_boot, seed)
+    table = fit.with_predictions(table, positions, runs, req)
     table = table.merge(specbench.spec_bench(req), on=list(aggregate.GROUP), how="left")
     multi = req["sweep_id"].nunique() > 1
     fits = fit.fit(table, req, runs, n_boot, seed)

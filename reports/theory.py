@@ -15,8 +15,10 @@ Prediction from measured costs (what the report uses): one verify step is not "K
 forwards + one target forward" (fixed per-step overhead, verifying K + 1 tokens, KV
 rollback), so the step's time T_step(K) is measured (``harness.calibrate``) and
 predicted speedup = E x T_target / T_step(K) (:func:`speedup_from_costs`), with E from
-the per-position conditional acceptance (:func:`expected_tokens_from_rates`). The simple
-model above keeps c = T_draft / T_target, both measured.
+the per-position conditional acceptance (:func:`expected_tokens_from_rates`) over the
+requests' own output lengths (:func:`tokens_per_step`: a short answer's last step is
+cut at its end, and TPOT is a mean over requests). The simple model above keeps
+c = T_draft / T_target, both measured.
 
 Estimating a from the per-position acceptance counts: :func:`alpha_mle`.
 
@@ -104,6 +106,34 @@ def expected_tokens_from_rates(rates: ArrayLike) -> float:
     pooled counts (a_j = accepted_j / reached_j) the product telescopes to the measured
     mean acceptance length."""
     return float(1.0 + np.sum(np.cumprod(np.asarray(rates, float))))
+
+
+def steps_to_emit(rates: ArrayLike, max_tokens: int) -> np.ndarray:
+    """Expected verify steps to emit m = 0..max_tokens tokens, conditional per-position
+    acceptance a_1..a_K: a step emits j + 1 tokens with probability a_1..a_j (1 - a_(j+1))
+    (a_(K+1) = 0), and the last step is cut at the output's end. For long outputs
+    steps(m) / m -> 1 / E; a short output pays for a whole last step:
+    steps(m) = 1 + sum_j P(j) steps(m - j - 1), steps(m <= 0) = 0."""
+    rates = np.asarray(rates, float)
+    reach = np.append(1.0, np.cumprod(rates))
+    emits = reach * np.append(1.0 - rates, 1.0)  # P(a step accepts exactly j), j = 0..K
+    steps = np.zeros(max_tokens + 1)
+    for m in range(1, max_tokens + 1):
+        before = steps[np.maximum(m - 1 - np.arange(len(emits)), 0)]
+        steps[m] = 1.0 + float(emits @ before)
+    return steps
+
+
+def tokens_per_step(rates: ArrayLike, tokens: ArrayLike) -> float:
+    """E for a mean TPOT over requests of ``tokens`` decode tokens each (output tokens - 1,
+    TPOT's denominator): TPOT_i = T_step steps(m_i) / m_i, so the mean TPOT is T_step over
+    1 / mean_i(steps(m_i) / m_i). Equals :func:`expected_tokens_from_rates` for long
+    outputs; NaN without a request of one decode token or more."""
+    m = np.asarray(tokens, int)
+    m = m[m > 0]
+    if not len(m):
+        return float("nan")
+    return float(1.0 / np.mean(steps_to_emit(rates, int(m.max()))[m] / m))
 
 
 def speedup_from_costs(e: ArrayLike, t_target: ArrayLike, t_step: ArrayLike) -> np.ndarray | float:

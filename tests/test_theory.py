@@ -95,3 +95,17 @@ def test_speedup_from_costs_is_tokens_per_step_times_target_time_over_step_time(
     assert theory.speedup_from_costs(e, t, t * (k * c + 1)) == pytest.approx(
         theory.predicted_speedup(a, k, c)
     )
+
+
+def test_a_short_output_pays_for_a_whole_last_step():
+    # every draft accepted, K = 2: three tokens a step, the last step cut at the end
+    assert theory.steps_to_emit([1.0, 1.0], 7).tolist() == [0, 1, 1, 1, 2, 2, 2, 3]
+    # no draft accepted: one token a step
+    assert theory.steps_to_emit([0.0, 0.0], 4).tolist() == [0, 1, 2, 3, 4]
+    # long outputs reach E; a 16-token answer at a = 0.8, K = 5 gets about 10% less
+    e = theory.expected_tokens(0.8, 5)
+    assert theory.tokens_per_step([0.8] * 5, [20_000]) == pytest.approx(e, rel=1e-3)
+    assert theory.tokens_per_step([0.8] * 5, [16]) == pytest.approx(0.895 * e, rel=1e-3)
+    # TPOT is a mean over requests: 1 / mean(steps / tokens), not pooled tokens / steps
+    assert theory.tokens_per_step([1.0], [2, 3]) == pytest.approx(1 / ((1 / 2 + 2 / 3) / 2))
+    assert np.isnan(theory.tokens_per_step([0.5], [0]))
