@@ -8,7 +8,9 @@ output position, whether the draft's greedy token equals the target's. Replaying
 step structure over that agreement vector (:func:`greedy_steps`) gives the verify steps,
 drafted and accepted tokens a greedy draft gets at each K without running it. Written to
 ``RUN_DIR/preflight.json`` under the draft's name as given (use the name the sweep's
-config gives the draft, so the report can pair it with the K > 0 runs).
+config gives the draft, so the report can pair it with the K > 0 runs), with each
+request's agreement vector (``agree``: problem id -> "0"/"1" per output position) and, per
+K, how many requests end in a censored step (:func:`censored`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,18 @@ def greedy_steps(agree: Sequence[bool], k: int) -> list[int]:
         steps.append(accepted)
         pos += accepted + 1
     return steps
+
+
+def censored(agree: Sequence[bool], k: int) -> bool:
+    """Whether the last step of :func:`greedy_steps` ran out of output: it accepted every
+    token left, fewer than ``k``. vLLM also verifies that step's drafts past the output's
+    end (it trims the tokens after verification, not the drafts before) and counts those
+    it accepts, which a K = 0 run cannot see: there vLLM's count is at least the replay's."""
+    steps = greedy_steps(agree, k)
+    if not steps:
+        return False
+    left = len(agree) - sum(a + 1 for a in steps[:-1])
+    return steps[-1] == left < k
 
 
 def replay(agree: Sequence[bool], k: int) -> metrics.SpecCounts:
@@ -114,12 +128,16 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
     per_k = {}
     for k in ks:
         counts = metrics.total_counts(replay(a, k) for a in agree)
-        per_k[str(k)] = counts.to_row()
+        per_k[str(k)] = {**counts.to_row(), "censored": sum(censored(a, k) for a in agree)}
     agreed = sum(sum(a) for a in agree)
     return {
         "draft_identity": model_identity(draft),
         "agreement": agreed / max(sum(len(a) for a in agree), 1),
         "ks": per_k,
+        "agree": {
+            r["problem_id"]: "".join("1" if x else "0" for x in a)
+            for r, a in zip(requests, agree, strict=True)
+        },
     }
 
 
