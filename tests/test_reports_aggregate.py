@@ -114,7 +114,8 @@ def test_cost_model_predicts_from_calibrated_step_times_and_finds_the_best_k(tmp
     t1 = run_fixtures.TARGET_TPOT_S  # a step costs K c + 1 target tokens, a draft token c
     base_dir = tmp_path / "f" / jobs[0].name
     counts = {"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 21}
-    preflight_file = {v.draft_model: {"ks": {"3": counts}}}
+    # one request of 7 decode tokens, the draft wrong on the 4th only: K = 3 takes 2 steps
+    preflight_file = {v.draft_model: {"ks": {"3": counts}, "agree": {"p": "1110111"}}}
     (base_dir / preflight.PREFLIGHT).write_text(json.dumps(preflight_file))
     r = load.load(tmp_path)
     assert not r.skipped  # the calibration directory is not a run
@@ -131,6 +132,8 @@ def test_cost_model_predicts_from_calibrated_step_times_and_finds_the_best_k(tmp
     assert np.isnan(rows.loc[0, "speedup_tpot_predicted"])
     assert rows.loc[3, "acceptance_preflight"] == pytest.approx(0.7)
     assert rows.loc[3, "mean_acceptance_length_preflight"] == pytest.approx(3.1)
+    expected = 7 / 2 * rows.loc[3, "t_target_s"] / rows.loc[3, "t_step_s"]
+    assert rows.loc[3, "speedup_tpot_preflight"] == pytest.approx(expected)
     assert np.isnan(rows.loc[1, "acceptance_preflight"])
     f = t.fits.iloc[0]
     assert f["alpha_lo"] <= v.alpha <= f["alpha_hi"]
