@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,7 +63,6 @@ def test_a_training_row_that_is_an_eval_problem_is_refused():
 
 MICRO = [
     "experiment=tiny",
-    "threads=2",
     "scratch.vocab_size=400",
     "scratch.direct_chats=20",
     *(f"scratch.pages.{s}.{d}=10" for s in ("cot", "cod") for d in ("easy", "medium", "hard")),
@@ -126,3 +130,39 @@ def test_micro_world_builds_every_model_and_a_rerun_trains_nothing(tmp_path, mon
     assert len(list((tmp_path / cfg.work_dir).glob("distil-cot-*.jsonl"))) == 2
     after = written(rebuilt)
     assert {r for r in stamps if after[r] != stamps[r]} == {"draft_cot", "draft_cod"}
+
+
+def _file_digests(model_dir: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(model_dir.iterdir())
+        if p.suffix == ".safetensors" or p.name == "tokenizer.json"
+    }
+
+
+@pytest.mark.slow
+def test_two_builds_in_separate_processes_give_byte_identical_models(tmp_path):
+    """Same commit and inputs, another process and PYTHONHASHSEED: the same bytes."""
+    digests = []
+    for hash_seed in ("1", "2"):
+        root = tmp_path / hash_seed
+        root.mkdir()
+        build = subprocess.run(
+            [sys.executable, "-m", "train.build", *MICRO],
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert build.returncode == 0, build.stderr[-3000:]
+        dirs = sorted((root / "models" / "tiny").glob("[!.]*"))  # not the work dir
+        models = {d.name: _file_digests(d) for d in dirs}
+        manifest = json.loads((root / "models/tiny/target_cot/manifest.json").read_text())
+        assert f"target_cot: models/tiny/target_cot (weights {manifest['weights']})" in build.stdout
+        digests.append(models)
+    assert sorted(digests[0]) == [
+        f"{k}_{s}" for k in ("draft", "target") for s in ("base", "cod", "cot")
+    ]
+    assert all(files for files in digests[0].values())
+    assert digests[0] == digests[1]

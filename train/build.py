@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from train.manifest import (
     digest,
     is_current,
     read_manifest,
+    weights_digest,
     write_manifest,
 )
 from train.teachers.synthetic import solutions
@@ -163,6 +165,7 @@ def train_model(
         print(f"[build] {role}: up to date ({out})", flush=True)
         return Built(str(out), key)
     print(f"[build] {role}: training on {len(rows)} examples from {parent.path}", flush=True)
+    start = time.perf_counter()
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     work = Path(cfg.work_dir) / f"{role}-{key}"
@@ -183,11 +186,14 @@ def train_model(
         eval_loss=result.eval_loss,
         train_seconds=round(result.train_seconds, 1),
         examples=len(rows),
+        weights=weights_digest(tmp),
     )
     write_manifest(tmp, manifest)
     replace_dir(tmp, out)
     print(
-        f"[build] {role}: {result.steps} steps, loss {result.final_loss:.3f} -> {out}", flush=True
+        f"[build] {role}: {result.steps} steps, loss {result.final_loss:.3f}, "
+        f"{time.perf_counter() - start:.0f} s -> {out}",
+        flush=True,
     )
     return Built(str(out), key)
 
@@ -225,8 +231,10 @@ def scratch_bases(
     tok_key = digest({"texts": data_hash({"t": t} for t in texts), "vocab": sc.vocab_size})
     tok_dir = work / f"tokenizer-{tok_key}"
     if not tok_dir.is_dir():
+        start = time.perf_counter()
         with atomic_dir(tok_dir) as tmp:
             build_tokenizer(texts, sc.vocab_size, tmp)
+        print(f"[build] tokenizer: {time.perf_counter() - start:.0f} s", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
     rows = pretrain_rows(chats, pages, exp.prompts, tokenizer, seed=0)
     bases = []
@@ -254,8 +262,11 @@ def distilled(cfg: TrainConfig, target: Built, style: str, rows: list[dict]) -> 
     if path.is_file():
         return read_jsonl(path)
     print(f"[build] distilling {len(rows)} answers of {target.path}", flush=True)
+    start = time.perf_counter()
     engine = asdict(cfg.engine)
-    out = distil_rows(target.path, rows, engine, cfg.distil.max_tokens)
+    out, engine_start_s = distil_rows(target.path, rows, engine, cfg.distil.max_tokens)
+    seconds = time.perf_counter() - start
+    print(f"[build] distilled in {seconds:.0f} s ({engine_start_s:.0f} s engine start)", flush=True)
     write_jsonl(path, out)
     return out
 
@@ -267,12 +278,11 @@ def flat(by_difficulty: dict[str, list[dict]], cap: int | None = None) -> list[d
 
 def run(cfg: TrainConfig) -> dict[str, str]:
     """Build every model of the experiment; returns ``{role: directory}``."""
-    if cfg.threads:
-        import torch
-
-        torch.set_num_threads(cfg.threads)
+    reproducible_torch(cfg)
     exp = Experiment.load(cfg.experiment)
+    start = time.perf_counter()
     sets = sft_sets(cfg)
+    print(f"[build] SFT sets: {time.perf_counter() - start:.0f} s", flush=True)
     held_out = eval_ids(cfg)
     for style, split_rows in sets.items():
         for split, rows in split_rows.items():
@@ -309,6 +319,17 @@ def run(cfg: TrainConfig) -> dict[str, str]:
     return built
 
 
+def reproducible_torch(cfg: TrainConfig) -> None:
+    """A fixed thread count and, on CPU, deterministic kernels only (every stage is seeded:
+    with both, the same inputs give the same weights)."""
+    import torch
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.device == "cpu":
+        torch.use_deterministic_algorithms(True)
+
+
 def _pretrained(name: str) -> Built:
     """A base model given by the experiment: a built directory (its key) or a hub id."""
     manifest = read_manifest(name) if Path(name).is_dir() else None
@@ -319,7 +340,8 @@ def _pretrained(name: str) -> Built:
 def main(argv: list[str]) -> int:
     built = run(compose_train_config(argv))
     for role, path in built.items():
-        print(f"{role}: {path}")
+        manifest = read_manifest(path)  # None for a hub id
+        print(f"{role}: {path}" + (f" (weights {manifest.weights})" if manifest else ""))
     return 0
 
 

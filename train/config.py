@@ -90,7 +90,9 @@ class TrainConfig:
     experiment: str = MISSING
     engine: EngineConfig = MISSING  # vLLM engine of the distillation runs
     device: str = "cpu"  # cpu (fp32) | cuda
-    threads: int | None = None  # torch CPU threads; None = torch's default
+    # torch CPU threads for training; fixed, so that a build's weights do not depend on the
+    # machine's core count (null = torch's default: one per core)
+    threads: int | None = 1
     bf16: bool = False
     gradient_checkpointing: bool = False
     difficulties: list[str] = field(default_factory=lambda: ["easy", "medium", "hard"])

@@ -15,8 +15,9 @@ from typing import Any
 
 def distil_rows(
     model_dir: str | Path, rows: list[dict], engine_settings: Mapping[str, Any], max_tokens: int
-) -> list[dict]:
-    """``rows`` with each completion replaced by the model's greedy answer to its prompt.
+) -> tuple[list[dict], float]:
+    """``rows`` with each completion replaced by the model's greedy answer to its prompt, and
+    the engine's start-up seconds.
 
     Starts an engine for ``model_dir`` with ``engine_settings`` (the ``engine`` config
     group) and shuts it down afterwards; call under ``if __name__ == "__main__"``.
@@ -35,7 +36,8 @@ def distil_rows(
         outputs = live.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens))
     finally:
         engine.clear()
-    return [
+    answers = [
         {**r, "completion": [{"role": "assistant", "content": out.outputs[0].text}]}
         for r, out in zip(rows, outputs, strict=True)
     ]
+    return answers, live.start_s

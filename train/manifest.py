@@ -36,6 +36,7 @@ class Manifest:
     eval_loss: float | None
     train_seconds: float
     examples: int
+    weights: str = ""  # weights_digest of the directory: equal for two builds of the same inputs
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,6 +48,18 @@ def data_hash(rows: Iterable[Mapping[str, Any]]) -> str:
     for row in rows:
         h.update(json.dumps(row, sort_keys=True, ensure_ascii=False).encode())
         h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def weights_digest(model_dir: str | Path) -> str:
+    """Hash of the weight files and ``tokenizer.json`` (names and bytes) of ``model_dir``."""
+    root = Path(model_dir)
+    h = hashlib.sha256()
+    for path in sorted([*root.glob("*.safetensors"), *root.glob("tokenizer.json")]):
+        h.update(path.name.encode())
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
     return h.hexdigest()[:16]
 
 
