@@ -75,11 +75,12 @@ data-report: install models ## figures + markdown on the training sets
 # ARGS="... plan=true" only prints the plan: no models are built and no report is made.
 PLAN := $(filter plan=true,$(ARGS))
 
-# The report step reads the runs this sweep wrote: its results_dir and sweep name (from ARGS).
+# The report step reads the runs this sweep wrote: its results_dir and sweep name (from ARGS;
+# without ARGS, the default experiment's sweep).
 sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override with ARGS="..."), calibrate its engines, then its report
 	$(PY) -m harness -m $(ARGS)
 	$(if $(PLAN),,$(PY) -m harness.calibrate $(ARGS))
-	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) $(ARGS))
+	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) $(or $(ARGS),experiment=$(EXPERIMENT)))
 
 report: install ## figures + REPORT.md from every stored run
 	$(PY) -m reports $(REPORT_ARGS)
