@@ -199,6 +199,8 @@ def fit(
         predicted = _best(groups, "speedup_tpot_predicted")
         at_predicted = groups.loc[groups["k"] == predicted[0], "speedup_tpot"]
         at_predicted = float(at_predicted.iloc[0]) if len(at_predicted) else 1.0
+        if predicted[1] is None:
+            at_predicted = np.nan
         lo_best = measured[2] if measured[0] else 1.0
         rows.append(
             {
