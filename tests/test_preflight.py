@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -50,15 +52,33 @@ def _histogram(steps: list[int], k: int) -> list[int]:
     return [steps.count(j) for j in range(k + 1)]
 
 
+def _noisy_copy(model_dir: Path, out: Path, std: float, seed: int) -> Path:
+    """``model_dir`` (tokenizer included) with seeded Gaussian noise added to every weight."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(model_dir, out)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * std)
+    model.save_pretrained(out)
+    return out
+
+
 @pytest.mark.slow
 def test_estimate_equals_the_measured_greedy_acceptance(tiny_pair, tmp_path):
     """Per request, every verify step vLLM records equals the replay's, except a censored
     last step (the replay accepted every token left, fewer than K): vLLM verifies its
     drafts past the output's end too and counts those accepted, so there it may count
     more; its step count and drafted tokens are still equal."""
-    target, draft = tiny_pair
+    # The random pair is degenerate (both repeat one token: every draft accepted); a noisy
+    # target writes varied tokens and a lightly noisier copy of it agrees about half the time.
+    target = _noisy_copy(tiny_pair[0], tmp_path / "target", 1.0, 0)
+    draft = _noisy_copy(target, tmp_path / "draft", 0.05, 1)
     common = [f"models.targets.cot={target}", f"models.drafts.cot={draft}",
-              f"results_dir={tmp_path}", "limit=6", "max_tokens=40"]  # fmt: skip
+              f"results_dir={tmp_path / 'results'}", "limit=6", "max_tokens=40"]  # fmt: skip
     from harness.job import run_job
 
     engines.clear()
