@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness import reaper
 from harness.checks import resolve_model
 
 # Per-step accepted/drafted arrays make rejection_tokens possible; cost: two ints per step.
@@ -103,11 +105,12 @@ class EngineSpec:
 
 @dataclass(frozen=True)
 class Engine:
-    """A live engine: its spec, the ``vllm.LLM`` and how long it took to start (s)."""
+    """A live engine: its spec, the ``vllm.LLM``, its start time (s) and its process watchdog."""
 
     spec: EngineSpec
     llm: Any
     start_s: float
+    watchdog: subprocess.Popen  # kills the engine's processes if this process is killed
 
 
 _live: Engine | None = None
@@ -129,10 +132,12 @@ def get(spec: EngineSpec) -> tuple[Engine, bool]:
 
     os.environ.update(spec.env())
     tic = time.perf_counter()
+    before = reaper.descendants()
     llm = LLM(**spec.llm_kwargs())
+    watchdog = reaper.watch(reaper.descendants() - before)
     warmup = SamplingParams(temperature=0.0, max_tokens=WARMUP_TOKENS, ignore_eos=True)
     llm.generate([{"prompt_token_ids": [0, 1, 2, 3]}], warmup, use_tqdm=False)
-    _live = Engine(spec, llm, time.perf_counter() - tic)
+    _live = Engine(spec, llm, time.perf_counter() - tic, watchdog)
     _launches += 1
     return _live, False
 
@@ -144,6 +149,7 @@ def clear() -> None:
         return
     engine, _live = _live, None
     engine.llm.llm_engine.engine_core.shutdown()
+    reaper.stop(engine.watchdog)
     del engine
     gc.collect()
     import torch

@@ -1,0 +1,123 @@
+"""The engine watchdog: a SIGKILLed parent's processes die with it, recycled pids are spared.
+
+Fast tests use ``sleep`` children; the ``slow`` one SIGKILLs a process holding a real
+engine on the tiny pair.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from harness import reaper
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _all_gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids still alive after waiting up to ``timeout`` seconds for them to go."""
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if _alive(p)]
+
+
+def _sleeper(*, ignore_term: bool = False) -> subprocess.Popen:
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"
+    command = [sys.executable, "-c", code] if ignore_term else ["sleep", "60"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE)
+    if ignore_term:
+        proc.stdout.readline()  # the handler is in place
+    return proc
+
+
+def _identity(proc: subprocess.Popen) -> tuple[int, float]:
+    return proc.pid, psutil.Process(proc.pid).create_time()
+
+
+def test_reap_kills_recorded_processes_and_spares_a_recycled_pid():
+    killed, spared, stubborn = _sleeper(), _sleeper(), _sleeper(ignore_term=True)
+    pid, start = _identity(spared)
+    tic = time.monotonic()
+    reaper.reap([_identity(killed), (pid, start - 1.0), _identity(stubborn)], grace_s=0.5)
+    # reap() waits for (and so reaps) them; the one that ignores SIGTERM is killed after the grace
+    assert not _alive(killed.pid) and not _alive(stubborn.pid)
+    assert 0.5 <= time.monotonic() - tic < 5
+    assert spared.poll() is None  # same pid, other start time: not the recorded process
+    spared.kill()
+    spared.wait()
+
+
+PARENT = """
+import subprocess, sys, time
+from harness import reaper
+before = reaper.descendants()
+kids = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+reaper.watch(reaper.descendants() - before)
+print("pids:", *(k.pid for k in kids), flush=True)
+time.sleep(60)
+"""
+
+
+def _kill_parent_and_list_survivors(code: str, *args: str, timeout: float) -> list[int]:
+    """Start ``code`` (it prints ``pids: ...``, then waits), SIGKILL it; its processes alive after.
+
+    Survivors are killed before returning, so a failing test leaves nothing behind.
+    """
+    command = [sys.executable, "-c", code, *args]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, start_new_session=True)
+    line = b""
+    while not line.startswith(b"pids:"):
+        line = proc.stdout.readline()
+        assert line, "the process ended before printing its pids"
+    tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    pids = [int(x) for x in line.split()[1:]]
+    assert pids and set(pids) <= set(tree), (line, tree)
+    proc.kill()
+    proc.wait()
+    survivors = _all_gone(tree, timeout)
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    return survivors
+
+
+def test_children_die_with_a_sigkilled_parent():
+    assert _kill_parent_and_list_survivors(PARENT, timeout=10) == []
+
+
+def test_stop_ends_the_watchdog_and_leaves_the_processes():
+    child = _sleeper()
+    watchdog = reaper.watch([_identity(child)])
+    reaper.stop(watchdog)
+    assert watchdog.returncode == -signal.SIGTERM
+    assert child.poll() is None
+    child.kill()
+    child.wait()
+
+
+ENGINE = """
+import sys, time
+import psutil
+from harness import engine
+from harness.config import compose_config
+engine.get(engine.EngineSpec.from_config(compose_config(sys.argv[1:])))
+print("pids:", *(p.pid for p in psutil.Process().children(recursive=True)), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_engine_processes_die_with_a_sigkilled_harness(tiny_overrides):
+    survivors = _kill_parent_and_list_survivors(ENGINE, *tiny_overrides, "variant=cot", timeout=15)
+    assert survivors == []
