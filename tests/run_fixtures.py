@@ -204,12 +204,10 @@ def records(job: Job) -> list[RequestRecord]:
                 num_spec_steps=spec and spec.num_steps,
                 num_draft_tokens=spec and spec.num_draft_tokens,
                 num_accepted_tokens=spec and spec.num_accepted_tokens,
-                acceptance_rate=spec and metrics.acceptance_rate(
-                    spec.num_accepted_tokens, spec.num_draft_tokens
-                ),
-                mean_acceptance_length=spec and metrics.mean_acceptance_length(
-                    spec.num_accepted_tokens, spec.num_steps
-                ),
+                acceptance_rate=spec
+                and metrics.acceptance_rate(spec.num_accepted_tokens, spec.num_draft_tokens),
+                mean_acceptance_length=spec
+                and metrics.mean_acceptance_length(spec.num_accepted_tokens, spec.num_steps),
                 acceptance_histogram=hist,
                 output_hash=metrics.output_hash(ids),
                 output_token_ids=ids,
