@@ -60,6 +60,7 @@ def reap(processes: Iterable[tuple[int, float]], grace_s: float = GRACE_S) -> No
     for proc in survivors:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
+    psutil.wait_procs(survivors, timeout=grace_s)  # SIGKILL is not instant under load
 
 
 def main(argv: list[str]) -> None:
