@@ -255,6 +255,11 @@ def check(ok: bool, key: str, value: Any, why: str) -> None:
         raise ConfigError(f"{key}={value}: {why}")
 
 
+def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    """:func:`check` that ``value`` is one of ``choices``."""
+    check(value in choices, key, value, f"must be one of {', '.join(choices)}")
+
+
 def check_parallelism(engine: Any, gpus: int | None = None) -> None:
     """Tensor parallelism vLLM accepts, and that fits ``gpus`` per node when known.
 
@@ -289,12 +294,7 @@ def validate(cfg: Any) -> None:
         ConfigError: naming the first bad key and value.
     """
     check(cfg.spec.k >= 0, "spec.k", cfg.spec.k, "must be >= 0 (0 = no speculation)")
-    check(
-        cfg.variant.method in SPEC_METHODS,
-        "variant.method",
-        cfg.variant.method,
-        f"must be one of {', '.join(SPEC_METHODS)}",
-    )
+    check_choice("variant.method", cfg.variant.method, SPEC_METHODS)
     check(
         cfg.variant.method == "draft_model" or cfg.variant.draft is None,
         "variant.draft",
@@ -318,12 +318,7 @@ def validate(cfg: Any) -> None:
     check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")
     check(cfg.warmup >= 0, "warmup", cfg.warmup, "must be >= 0 (0 = no warm-up)")
     check(cfg.repeats >= 1, "repeats", cfg.repeats, "must be >= 1")
-    check(
-        cfg.spec.draft_sample_method in DRAFT_SAMPLE_METHODS,
-        "spec.draft_sample_method",
-        cfg.spec.draft_sample_method,
-        f"must be one of {', '.join(DRAFT_SAMPLE_METHODS)}",
-    )
+    check_choice("spec.draft_sample_method", cfg.spec.draft_sample_method, DRAFT_SAMPLE_METHODS)
     check(
         cfg.concurrency <= cfg.engine.max_num_seqs,
         "concurrency",
@@ -332,19 +327,9 @@ def validate(cfg: Any) -> None:
     )
     check(cfg.max_tokens >= 1, "max_tokens", cfg.max_tokens, "must be >= 1")
     check(cfg.temperature >= 0, "temperature", cfg.temperature, "must be >= 0")
-    check(
-        cfg.dataset.difficulty in DIFFICULTIES,
-        "dataset.difficulty",
-        cfg.dataset.difficulty,
-        f"must be one of {', '.join(DIFFICULTIES)}",
-    )
+    check_choice("dataset.difficulty", cfg.dataset.difficulty, DIFFICULTIES)
     check_parallelism(cfg.engine)
-    check(
-        cfg.variant.prompt_style in PROMPT_STYLES,
-        "variant.prompt_style",
-        cfg.variant.prompt_style,
-        f"must be one of {', '.join(PROMPT_STYLES)}",
-    )
+    check_choice("variant.prompt_style", cfg.variant.prompt_style, PROMPT_STYLES)
     check(
         cfg.variant.prompt_style in cfg.prompts,
         "variant.prompt_style",

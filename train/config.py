@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from harness.config import CONF_DIR, DIFFICULTIES, ConfigError, EngineConfig, check, compose_config
+from harness.config import (
+    CONF_DIR,
+    DIFFICULTIES,
+    ConfigError,
+    EngineConfig,
+    check,
+    check_choice,
+    compose_config,
+)
 from train.tiny import TinyModelConfig
 
 DEVICES = ("cpu", "cuda")
@@ -165,7 +173,7 @@ def compose_train_config(overrides: list[str]) -> TrainConfig:
 
 def validate_train(cfg: TrainConfig) -> None:
     """Range and cross-field checks that types cannot express."""
-    check(cfg.device in DEVICES, "device", cfg.device, f"must be one of {', '.join(DEVICES)}")
+    check_choice("device", cfg.device, DEVICES)
     check(cfg.target.lora is not None, "target.lora", None, "targets are trained with LoRA")
     check(cfg.draft.lora is None, "draft.lora", cfg.draft.lora, "drafts are fully fine-tuned")
     for d in cfg.difficulties:

@@ -13,7 +13,14 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.config import DIFFICULTIES, ConfigError, DatasetConfig, check, compose_config
+from harness.config import (
+    DIFFICULTIES,
+    ConfigError,
+    DatasetConfig,
+    check,
+    check_choice,
+    compose_config,
+)
 from train.config import split_experiment
 from train.formats import CodBounds
 from train.teachers.base import TeacherPrompts
@@ -119,7 +126,7 @@ def compose_data_config(overrides: list[str]) -> DataConfig:
 
 def validate_data(cfg: DataConfig) -> None:
     """Range and cross-field checks that types cannot express."""
-    check(cfg.teacher in TEACHERS, "teacher", cfg.teacher, f"must be one of {', '.join(TEACHERS)}")
+    check_choice("teacher", cfg.teacher, TEACHERS)
     check(bool(cfg.datasets), "datasets", "{}", "name at least one difficulty")
     check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
     check(0 <= cfg.val_fraction < 1, "val_fraction", cfg.val_fraction, "must be in [0, 1)")
