@@ -158,7 +158,9 @@ def train_model(
     from train.merge import merge_lora
     from train.sft import sft
 
-    config = asdict(settings) | ({"vocab_size": vocab_size} if vocab_size else {})
+    # the thread count changes float reductions, so it is part of what a build is
+    config = asdict(settings) | {"threads": cfg.threads}
+    config |= {"vocab_size": vocab_size} if vocab_size else {}
     key = build_key(parent.key, data_hash(rows), config)
     out = Path(out_dir)
     if is_current(out, key):

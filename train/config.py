@@ -99,8 +99,8 @@ class TrainConfig:
     engine: EngineConfig = MISSING  # vLLM engine of the distillation runs
     device: str = "cpu"  # cpu (fp32) | cuda
     # torch CPU threads for training; fixed, so that a build's weights do not depend on the
-    # machine's core count (null = torch's default: one per core)
-    threads: int | None = 1
+    # machine's core count (part of each model's key; null = torch's default: one per core)
+    threads: int | None = 2
     bf16: bool = False
     gradient_checkpointing: bool = False
     difficulties: list[str] = field(default_factory=lambda: ["easy", "medium", "hard"])
