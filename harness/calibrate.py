@@ -198,7 +198,7 @@ def calibrate(entry: Entry, concurrencies: Sequence[int], out_dir: Path, force: 
     for concurrency in todo:
         done[concurrency] = asdict(measure(live.llm, tokenizer, entry.k, concurrency))
         print(f"calibration {entry.target} draft={entry.draft} K={entry.k} "
-              f"concurrency={concurrency}: {done[concurrency]['per_unit_s']} s per "
+              f"concurrency={concurrency}: {done[concurrency]['per_unit_s'] * 1000:.2f} ms per "
               f"{'verify step' if entry.k else 'token'}")  # fmt: skip
     record = {
         "target": entry.target,

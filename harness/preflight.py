@@ -6,11 +6,14 @@ For each request of a K = 0 run the draft reads prompt + output tokens in one
 teacher-forced forward pass (Hugging Face transformers, CPU), which gives, at every
 output position, whether the draft's greedy token equals the target's. Replaying vLLM's
 step structure over that agreement vector (:func:`greedy_steps`) gives the verify steps,
-drafted and accepted tokens a greedy draft gets at each K without running it. Written to
-``RUN_DIR/preflight.json`` under the draft's name as given (use the name the sweep's
-config gives the draft, so the report can pair it with the K > 0 runs), with each
-request's agreement vector (``agree``: problem id -> "0"/"1" per output position) and, per
-K, how many requests end in a censored step (:func:`censored`).
+drafted and accepted tokens a greedy draft gets at each K without running it. A step that
+reaches the output's end with drafts left is verified past it too (vLLM trims the tokens
+after verification and counts the drafts accepted there), so for those requests the
+target continues its output greedily for up to max(K) tokens (:func:`continuation`) and
+the draft's agreement extends over them. Written to ``RUN_DIR/preflight.json`` under the
+draft's name as given (use the name the sweep's config gives the draft, so the report can
+pair it with the K > 0 runs), with each request's agreement (``agree``: problem id ->
+"0"/"1" per output position; ``beyond``: the same past the output's end).
 """
 
 from __future__ import annotations
@@ -30,42 +33,51 @@ from harness.checks import command
 PREFLIGHT = "preflight.json"
 
 
-def greedy_steps(agree: Sequence[bool], k: int) -> list[int]:
+def greedy_steps(agree: Sequence[bool], k: int, end: int | None = None) -> list[int]:
     """Accepted drafts per verify step of a greedy draft against a greedy target.
 
     ``agree[j]`` says whether the draft, given the prompt and output tokens 0..j, predicts
     output token j + 1 (token 0 comes from prefill). Each step drafts ``k`` tokens from
     the accepted prefix; the first disagreement ends it; the target adds one token (its
-    correction, or the bonus token after ``k`` acceptances). Steps run until the output
-    is complete; a step at the end of the output accepts at most the tokens left.
+    correction, or the bonus token after ``k`` acceptances). Steps run until the ``end``
+    decode positions (default ``len(agree)``) are produced; positions of ``agree`` past
+    ``end`` (the target's continuation) count only in the step that crosses it, and
+    unknown positions count as rejections.
     """
-    steps, pos, n = [], 0, len(agree)
-    while pos < n:
+    end = len(agree) if end is None else end
+    steps, pos = [], 0
+    while pos < end:
         accepted = 0
-        while accepted < k and pos + accepted < n and agree[pos + accepted]:
+        while accepted < k and pos + accepted < len(agree) and agree[pos + accepted]:
             accepted += 1
         steps.append(accepted)
         pos += accepted + 1
     return steps
 
 
-def censored(agree: Sequence[bool], k: int) -> bool:
-    """Whether the last step of :func:`greedy_steps` ran out of output: it accepted every
-    token left, fewer than ``k``. vLLM also verifies that step's drafts past the output's
-    end (it trims the tokens after verification, not the drafts before) and counts those
-    it accepts, which a K = 0 run cannot see: there vLLM's count is at least the replay's."""
-    steps = greedy_steps(agree, k)
-    if not steps:
-        return False
-    left = len(agree) - sum(a + 1 for a in steps[:-1])
-    return steps[-1] == left < k
-
-
-def replay(agree: Sequence[bool], k: int) -> metrics.SpecCounts:
+def replay(agree: Sequence[bool], k: int, end: int | None = None) -> metrics.SpecCounts:
     """The spec counts (steps, drafted, accepted, per position) of :func:`greedy_steps`."""
-    steps = greedy_steps(agree, k)
+    steps = greedy_steps(agree, k, end)
     histogram = np.bincount(np.asarray(steps, dtype=np.int64), minlength=k + 1)
     return metrics.counts_from_histogram([int(n) for n in histogram], k * len(steps))
+
+
+def reaches_end(agree: Sequence[bool], k: int) -> bool:
+    """Whether the last step over ``agree`` alone accepts every token left with drafts to
+    spare: then its verification runs past the output's end."""
+    steps = greedy_steps(agree, k)
+    left = len(agree) - sum(a + 1 for a in steps[:-1])
+    return bool(steps) and steps[-1] == left < k
+
+
+def stored(result: dict[str, Any]) -> list[tuple[list[bool], int]]:
+    """(agreement over the output and past it, decode positions) per request of a
+    ``preflight.json`` entry, for :func:`greedy_steps`."""
+    beyond = result.get("beyond", {})
+    vectors = []
+    for pid, bits in result.get("agree", {}).items():
+        vectors.append(([b == "1" for b in bits + beyond.get(pid, "")], len(bits)))
+    return vectors
 
 
 def agreement(model: Any, prompt: Sequence[int], output: Sequence[int]) -> list[bool]:
@@ -79,6 +91,19 @@ def agreement(model: Any, prompt: Sequence[int], output: Sequence[int]) -> list[
         logits = model(input_ids=ids).logits[0, len(prompt) - 1 :]
     predicted = logits[1:].argmax(-1).tolist()  # predictions of output tokens 1..n-1
     return [p == t for p, t in zip(predicted, output[1:], strict=True)]
+
+
+def continuation(model: Any, prompt: Sequence[int], output: Sequence[int], n: int) -> list[int]:
+    """``model``'s next ``n`` greedy tokens after prompt + output, past any end-of-sequence."""
+    import torch
+
+    ids, tokens, past = torch.tensor([[*prompt, *output]]), [], None
+    with torch.no_grad():
+        for _ in range(n):
+            out = model(input_ids=ids, past_key_values=past, use_cache=True)
+            tokens.append(int(out.logits[0, -1].argmax()))
+            ids, past = torch.tensor([[tokens[-1]]]), out.past_key_values
+    return tokens
 
 
 def run_prompts(summary: dict[str, Any], problem_ids: Sequence[str]) -> dict[str, list[int]]:
@@ -119,25 +144,34 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
     requests = pq.read_table(run_dir / results.REQUESTS, columns=cols).to_pylist()
     prompts = run_prompts(summary, [r["problem_id"] for r in requests])
     model = AutoModelForCausalLM.from_pretrained(draft, dtype="float32").eval()
-    agree = []
+    target = None  # loaded for the first request verified past its end
+    agree, beyond = {}, {}
     for r in requests:
-        prompt = prompts.get(r["problem_id"])
+        pid, output = r["problem_id"], r["output_token_ids"]
+        prompt = prompts.get(pid)
         if prompt is None or len(prompt) != r["prompt_tokens"]:
-            raise ConfigError(f"{run_dir}: cannot render the prompt of {r['problem_id']} again")
-        agree.append(agreement(model, prompt, r["output_token_ids"]))
+            raise ConfigError(f"{run_dir}: cannot render the prompt of {pid} again")
+        agree[pid] = agreement(model, prompt, output)
+        if any(reaches_end(agree[pid], k) for k in ks):
+            if target is None:
+                target = AutoModelForCausalLM.from_pretrained(summary["target"], dtype="float32")
+            more = continuation(target.eval(), prompt, output, max(ks))
+            beyond[pid] = agreement(model, prompt, [*output, *more])[len(agree[pid]) :]
     per_k = {}
     for k in ks:
-        counts = metrics.total_counts(replay(a, k) for a in agree)
-        per_k[str(k)] = {**counts.to_row(), "censored": sum(censored(a, k) for a in agree)}
-    agreed = sum(sum(a) for a in agree)
+        counts = (replay([*a, *beyond.get(pid, [])], k, len(a)) for pid, a in agree.items())
+        per_k[str(k)] = metrics.total_counts(counts).to_row()
+    agreed = sum(sum(a) for a in agree.values())
+
+    def bits(vector: list[bool]) -> str:
+        return "".join("1" if x else "0" for x in vector)
+
     return {
         "draft_identity": model_identity(draft),
-        "agreement": agreed / max(sum(len(a) for a in agree), 1),
+        "agreement": agreed / max(sum(len(a) for a in agree.values()), 1),
         "ks": per_k,
-        "agree": {
-            r["problem_id"]: "".join("1" if x else "0" for x in a)
-            for r, a in zip(requests, agree, strict=True)
-        },
+        "agree": {pid: bits(a) for pid, a in agree.items()},
+        "beyond": {pid: bits(b) for pid, b in beyond.items()},
     }
 
 

@@ -41,11 +41,27 @@ def test_without_any_agreement_every_step_emits_one_token():
     assert greedy_steps([False] * 4, 3) == [0, 0, 0, 0]
 
 
-def test_a_last_step_that_runs_out_of_output_is_censored():
-    assert preflight.censored([True, True], 5)  # accepted both tokens left, 2 < 5
-    assert not preflight.censored([True, False], 5)  # ended at a disagreement
-    assert not preflight.censored([True, True, True], 3)  # all K drafts inside the output
-    assert not preflight.censored([True, True, True, True], 3)  # last step: bonus token only
+def test_a_step_crossing_the_end_counts_the_agreement_past_it():
+    # 2 decode positions, then the target's continuation: agree, agree, no
+    agree = [True, True, True, True, False]
+    assert greedy_steps(agree, 5, end=2) == [4]  # tokens 1-2 and 2 drafts past the end
+    assert greedy_steps(agree, 1, end=2) == [1]  # the bonus token completes the output
+    assert greedy_steps([True, True], 5, end=2) == [2]  # nothing known past the end
+
+
+def test_reaches_end_when_the_last_step_has_drafts_to_spare():
+    assert preflight.reaches_end([True, True], 5)  # accepted both tokens left, 2 < 5
+    assert not preflight.reaches_end([True, False], 5)  # ended at a disagreement
+    assert not preflight.reaches_end([True, True, True], 3)  # all K drafts inside the output
+    assert not preflight.reaches_end([True, True, True, True], 3)  # last step: bonus only
+
+
+def test_stored_vectors_join_the_agreement_past_the_end():
+    result = {"agree": {"a": "101", "b": "11"}, "beyond": {"b": "10"}}
+    assert preflight.stored(result) == [
+        ([True, False, True], 3),
+        ([True, True, True, False], 2),
+    ]
 
 
 def _histogram(steps: list[int], k: int) -> list[int]:
@@ -67,26 +83,21 @@ def _noisy_copy(model_dir: Path, out: Path, std: float, seed: int) -> Path:
     return out
 
 
-@pytest.mark.slow
-def test_estimate_equals_the_measured_greedy_acceptance(tiny_pair, tmp_path):
-    """Per request, every verify step vLLM records equals the replay's, except a censored
-    last step (the replay accepted every token left, fewer than K): vLLM verifies its
-    drafts past the output's end too and counts those accepted, so there it may count
-    more; its step count and drafted tokens are still equal."""
-    # The random pair is degenerate (both repeat one token: every draft accepted); a noisy
-    # target writes varied tokens and a lightly noisier copy of it agrees about half the time.
-    target = _noisy_copy(tiny_pair[0], tmp_path / "target", 1.0, 0)
-    draft = _noisy_copy(target, tmp_path / "draft", 0.05, 1)
-    common = [f"models.targets.cot={target}", f"models.drafts.cot={draft}",
-              f"results_dir={tmp_path / 'results'}", "limit=6", "max_tokens=40"]  # fmt: skip
+def _estimate_and_measure(
+    target: Path, draft: Path, tmp_path: Path, ks: tuple[int, ...]
+) -> tuple[dict, dict]:
+    """The pre-flight estimate of ``draft`` from a K = 0 run, and the requests vLLM ran
+    at each K (problem id -> acceptance histogram and drafted tokens)."""
     from harness.job import run_job
 
+    common = [f"models.targets.cot={target}", f"models.drafts.cot={draft}",
+              f"results_dir={tmp_path / 'results'}", "limit=6", "max_tokens=40"]  # fmt: skip
     engines.clear()
     try:
         base_cfg = compose_config([*common, "variant=cot", "spec.k=0"])
         run_job(base_cfg, progress=False)
         measured = {}
-        for k in (1, 3):
+        for k in ks:
             cfg = compose_config([*common, "variant=cot_sd", f"spec.k={k}"])
             run_job(cfg, progress=False)
             cols = ["problem_id", "acceptance_histogram", "num_draft_tokens"]
@@ -97,24 +108,43 @@ def test_estimate_equals_the_measured_greedy_acceptance(tiny_pair, tmp_path):
     finally:
         engines.clear()
     base_dir = results.sweep_dir(base_cfg) / results.job_name(base_cfg)
-    estimate = preflight.estimate(base_dir, str(draft), [1, 3])
+    estimate = preflight.estimate(base_dir, str(draft), list(ks))
     assert json.loads(json.dumps(estimate)) == estimate  # what preflight.json holds
     assert len(estimate["agree"]) == 6
-    for k in (1, 3):
-        accepted = drafted = 0
-        for pid, bits in estimate["agree"].items():
-            agree = [b == "1" for b in bits]
-            steps, got = greedy_steps(agree, k), measured[k][pid]
+    return estimate, measured
+
+
+def _assert_replay_equals_vllm(estimate: dict, measured: dict) -> None:
+    """Per request and K, the replayed steps equal vLLM's: count, drafts, histogram."""
+    vectors = dict(zip(estimate["agree"], preflight.stored(estimate), strict=True))
+    for k, requests in measured.items():
+        accepted = 0
+        for pid, (agree, end) in vectors.items():
+            steps, got = greedy_steps(agree, k, end), requests[pid]
             assert got["num_draft_tokens"] == k * len(steps), (k, pid)
-            replayed = _histogram(steps, k)
-            diff = [m - r for m, r in zip(got["acceptance_histogram"], replayed, strict=True)]
-            if preflight.censored(agree, k) and any(diff):
-                last = steps[-1]  # moved up by the drafts accepted past the output's end
-                assert diff[last] == -1 and sum(diff) == 0, (k, pid, diff)
-                assert next(j for j, d in enumerate(diff) if d == 1) > last, (k, pid, diff)
-            else:
-                assert not any(diff), (k, pid, diff)
+            assert got["acceptance_histogram"] == _histogram(steps, k), (k, pid)
             accepted += sum(steps)
-            drafted += k * len(steps)
-        assert 0 < accepted < drafted
         assert estimate["ks"][str(k)]["num_accepted_tokens"] == accepted
+
+
+@pytest.mark.slow
+def test_estimate_equals_the_measured_greedy_acceptance(tiny_pair, tmp_path):
+    """A noisy target writes varied tokens and a lightly noisier copy of it agrees about
+    half the time: per request, every verify step vLLM records equals the replay's."""
+    target = _noisy_copy(tiny_pair[0], tmp_path / "target", 1.0, 0)
+    draft = _noisy_copy(target, tmp_path / "draft", 0.05, 1)
+    estimate, measured = _estimate_and_measure(target, draft, tmp_path, (1, 3))
+    _assert_replay_equals_vllm(estimate, measured)
+    rates = [estimate["ks"][k]["acceptance_rate"] for k in ("1", "3")]
+    assert all(0 < r < 1 for r in rates), rates
+
+
+@pytest.mark.slow
+def test_drafts_verified_past_the_outputs_end_are_counted(tiny_pair, tmp_path):
+    """The random pair repeats one token, so every draft is accepted; 40 tokens leave 39
+    decode positions, and at K = 5 the last step (3 tokens left) verifies 2 drafts past
+    the end, which vLLM counts and the target's continuation predicts."""
+    estimate, measured = _estimate_and_measure(*tiny_pair, tmp_path, (3, 5))
+    assert len(estimate["beyond"]) == 6
+    _assert_replay_equals_vllm(estimate, measured)
+    assert estimate["ks"]["5"]["num_accepted_tokens"] == 6 * (6 * 5 + 5)
