@@ -130,7 +130,7 @@ def get(spec: EngineSpec) -> tuple[Engine, bool]:
     clear()
     from vllm import LLM, SamplingParams
 
-    os.environ.update(spec.env())
+    os.environ.update(spec.env() | {reaper.OWN_GROUP_ENV: "1"})
     tic = time.perf_counter()
     before = reaper.descendants()
     llm = LLM(**spec.llm_kwargs())

@@ -21,6 +21,19 @@ import psutil
 
 POLL_S = 0.5
 GRACE_S = 3.0
+# set by the harness before it starts an engine (its processes inherit it)
+OWN_GROUP_ENV = "DRAFTBENCH_ENGINE_OWN_GROUP"
+
+
+def own_process_group() -> None:
+    """vLLM general plugin (``pyproject.toml``), run in every vLLM process: an engine
+    process the harness started moves to its own process group, so a terminal's Ctrl-C
+    reaches only the harness, which then shuts its engine down (no engine tracebacks)."""
+    import multiprocessing
+
+    if os.environ.get(OWN_GROUP_ENV) == "1" and multiprocessing.parent_process() is not None:
+        with contextlib.suppress(OSError):  # already a group or session leader
+            os.setpgid(0, 0)
 
 
 def descendants() -> set[tuple[int, float]]:

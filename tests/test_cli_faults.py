@@ -155,8 +155,9 @@ def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides
     _, err = proc.communicate(timeout=120)
     err = err.decode(errors="replace")
     assert proc.returncode == 130, err[-3000:]
-    # vLLM's engine processes get the terminal's SIGINT too and may print their own
-    # tracebacks (a known gap, stated in the README); the harness's line is asserted here.
+    # the engine's processes left the terminal's process group (harness.reaper's vLLM
+    # plugin), so the SIGINT reached only the harness: no engine traceback
+    assert "Traceback" not in err, err[-3000:]
     sweep = tmp_path / "results" / "tiny"
     assert (
         f"interrupted: job cot-synth_medium-k0-c1-s0-t0-n2 stopped; finished jobs are kept in "

@@ -121,3 +121,26 @@ time.sleep(600)
 def test_engine_processes_die_with_a_sigkilled_harness(tiny_overrides):
     survivors = _kill_parent_and_list_survivors(ENGINE, *tiny_overrides, "variant=cot", timeout=15)
     assert survivors == []
+
+
+def _group_after_plugin(queue) -> None:  # runs in a multiprocessing child
+    reaper.own_process_group()
+    queue.put(os.getpgid(0) == os.getpid())
+
+
+@pytest.mark.parametrize("flag, own_group", [("1", True), ("", False)])
+def test_engine_processes_leave_the_terminals_group_only_when_the_harness_asks(
+    monkeypatch, flag, own_group
+):
+    import multiprocessing
+
+    monkeypatch.setenv(reaper.OWN_GROUP_ENV, flag)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_group_after_plugin, args=(queue,))
+    child.start()
+    assert queue.get(timeout=60) is own_group
+    child.join()
+    group = os.getpgid(0)
+    reaper.own_process_group()  # the harness's own process never leaves its group
+    assert os.getpgid(0) == group
