@@ -55,13 +55,14 @@ def main(cfg: DictConfig) -> str:
                 cfg, hydra_dir, keep_going=hydra_cfg.mode == RunMode.MULTIRUN
             )
     except KeyboardInterrupt:
-        from harness import results
+        from harness import engine, results
 
         print(
             f"interrupted: job {results.job_name(cfg)} stopped; finished jobs are kept in "
             f"{results.sweep_dir(cfg)}",
             file=sys.stderr,
         )
+        engine.clear()  # its processes never saw the SIGINT (harness.reaper)
         raise SystemExit(130) from None
 
 
