@@ -148,9 +148,10 @@ JOB = "cot-synth_easy-k0-c1-s0-t0-n2"
 
 @pytest.mark.slow
 def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides, tmp_path):
-    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=2", "max_tokens=200"]
+    # 8 answers of 200 tokens: the interrupted job runs for seconds, so the SIGINT lands in it
+    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=8", "max_tokens=200"]
     proc = _start(["-m", *tiny_overrides, *grid])
-    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n2:")
+    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n8:")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     _, err = proc.communicate(timeout=120)
     err = err.decode(errors="replace")
@@ -160,10 +161,10 @@ def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides
     assert "Traceback" not in err, err[-3000:]
     sweep = tmp_path / "results" / "tiny"
     assert (
-        f"interrupted: job cot-synth_medium-k0-c1-s0-t0-n2 stopped; finished jobs are kept in "
+        f"interrupted: job cot-synth_medium-k0-c1-s0-t0-n8 stopped; finished jobs are kept in "
         f"{sweep}" in err
     )
-    assert results.read_summary(sweep / JOB) is not None
+    assert results.read_summary(sweep / "cot-synth_easy-k0-c1-s0-t0-n8") is not None
 
 
 @pytest.mark.slow
