@@ -66,18 +66,17 @@ def main(cfg: DictConfig) -> str:
         raise SystemExit(130) from None
 
 
-def with_engine_override(argv: list[str], cuda_visible: bool) -> list[str]:
-    """``argv`` plus ``engine=cuda`` when a GPU is visible and no engine group was chosen."""
-    chosen = any(arg.split("=", 1)[0].lstrip("+") == "engine" for arg in argv[1:])
-    return argv if chosen or not cuda_visible else [*argv, "engine=cuda"]
-
-
 if __name__ == "__main__":
     import torch
 
     from harness import results
     from harness.checks import exit_on_bad_input
-    from harness.config import check_group_overrides, check_overrides, compose_config
+    from harness.config import (
+        check_group_overrides,
+        check_overrides,
+        compose_config,
+        with_engine_override,
+    )
 
     with exit_on_bad_input():
         check_group_overrides(sys.argv[1:])

@@ -20,6 +20,10 @@ requests (sum of decode time / sum of steps or tokens). Results are cached as
 ``<results_dir>/<sweep>/.calibration/<key>.json``, the key a digest of the engine's
 arguments, the models' identity and the calibration's own settings; a cached
 concurrency is not measured again.
+
+A sweep's jobs calibrate their own engine (:func:`on_live_engine`, after the job's
+warm-up, when its spec and concurrency have no measurement yet), so this command after a
+sweep only starts the engines no job ran: each draft model as a plain target.
 """
 
 from __future__ import annotations
@@ -121,16 +125,24 @@ def cache_key(entry: Entry) -> str:
     return json_digest(identity(entry), default=str)
 
 
+def job_entry(cfg: Any) -> Entry:
+    """The engine spec of a composed job config, under the job's model names."""
+    from harness.engine import EngineSpec
+    from harness.runner import speculator
+
+    spec = EngineSpec.from_config(cfg)
+    return Entry(cfg.models.targets[cfg.variant.target], speculator(cfg), spec.k, spec)
+
+
 def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     """Engine specs of the planned jobs (plus each draft model as a plain target), each with
     the concurrencies its jobs run at."""
     from harness.engine import EngineSpec
-    from harness.runner import speculator
 
     wanted: dict[Entry, set[int]] = {}
     for cfg in cfgs:
-        spec = EngineSpec.from_config(cfg)
-        job = Entry(cfg.models.targets[cfg.variant.target], speculator(cfg), spec.k, spec)
+        job = job_entry(cfg)
+        spec = job.spec
         wanted.setdefault(job, set()).add(cfg.concurrency)
         if spec.draft is not None:
             plain = EngineSpec.plain(spec.draft, dict(spec.settings))
@@ -183,20 +195,46 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def calibrate(entry: Entry, concurrencies: Sequence[int], out_dir: Path, force: bool) -> Path:
-    """Measure ``entry`` at the concurrencies its cache file lacks; returns the file."""
+    """Measure ``entry`` at the concurrencies its cache file lacks (starting its engine only
+    then); returns the file."""
     from harness import engine as engines
-    from harness.checks import load_tokenizer
 
+    path, done, todo = _missing(entry, concurrencies, out_dir, force)
+    if todo:
+        live, _ = engines.get(entry.spec)
+        _measure_and_save(entry, todo, done, path, live.llm)
+    return path
+
+
+def on_live_engine(cfg: Any, llm: Any) -> None:
+    """Calibrate a job's engine, live as ``llm``, at the job's concurrency unless measured."""
+    from harness.results import sweep_dir
+
+    entry = job_entry(cfg)
+    path, done, todo = _missing(entry, [cfg.concurrency], sweep_dir(cfg) / CALIBRATION, False)
+    if todo:
+        _measure_and_save(entry, todo, done, path, llm)
+
+
+def _missing(
+    entry: Entry, concurrencies: Sequence[int], out_dir: Path, force: bool
+) -> tuple[Path, dict[int, Any], list[int]]:
+    """The entry's file, its cached measurements and the concurrencies it lacks."""
     path = out_dir / f"{cache_key(entry)}.json"
     cached = None if force else read(path)
     done = {int(c): m for c, m in (cached or {}).get("measurements", {}).items()}
-    todo = [c for c in sorted(concurrencies) if c not in done]
-    if not todo:
-        return path
-    live, _ = engines.get(entry.spec)
+    return path, done, [c for c in sorted(concurrencies) if c not in done]
+
+
+def _measure_and_save(
+    entry: Entry, todo: Sequence[int], done: dict[int, Any], path: Path, llm: Any
+) -> Path:
+    """Measure ``todo`` on ``llm`` and save them with ``done``."""
+    from harness.checks import load_tokenizer
+
     tokenizer = load_tokenizer(entry.spec.target)
     for concurrency in todo:
-        done[concurrency] = asdict(measure(live.llm, tokenizer, entry.k, concurrency))
+        done[concurrency] = asdict(measure(llm, tokenizer, entry.k, concurrency))
         print(f"calibration {entry.target} draft={entry.draft} K={entry.k} "
               f"concurrency={concurrency}: {done[concurrency]['per_unit_s'] * 1000:.2f} ms per "
               f"{'verify step' if entry.k else 'token'}")  # fmt: skip
@@ -272,6 +310,6 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     import torch
 
-    from harness.__main__ import with_engine_override
+    from harness.config import with_engine_override
 
     sys.exit(main(with_engine_override(sys.argv, torch.cuda.is_available())[1:]))

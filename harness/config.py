@@ -120,6 +120,9 @@ class Config:
     datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     sweep: str = "${experiment}"
     force: bool = False
+    calibrate: bool = (
+        True  # time the job's engine on fixed prompts once per spec (harness.calibrate)
+    )
     plan: bool = False  # print the sweep's engines, jobs and memory; start nothing
 
 
@@ -348,3 +351,9 @@ def validate(cfg: Any) -> None:
         cfg.variant.draft,
         f"experiment {cfg.experiment} defines drafts {sorted(cfg.models.drafts)}",
     )
+
+
+def with_engine_override(argv: list[str], cuda_visible: bool) -> list[str]:
+    """``argv`` plus ``engine=cuda`` when a GPU is visible and no engine group was chosen."""
+    chosen = any(arg.split("=", 1)[0].lstrip("+") == "engine" for arg in argv[1:])
+    return argv if chosen or not cuda_visible else [*argv, "engine=cuda"]

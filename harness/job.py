@@ -12,8 +12,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from harness import calibrate, metrics, provenance, results
 from harness import engine as engines
-from harness import metrics, provenance, results
 from harness.config import ConfigError
 from harness.datasets import DatasetError
 from harness.files import key_digest
@@ -116,6 +116,8 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
     engine, reused = engines.get(job.spec)
     try:
         warm_up(job, engine.llm)
+        if cfg.calibrate:
+            calibrate.on_live_engine(cfg, engine.llm)
         before = metrics.counts_from_snapshot(engine.llm.get_metrics())
         records, wall_s = run(job, engine.llm, progress)
         after = metrics.counts_from_snapshot(engine.llm.get_metrics())

@@ -27,7 +27,7 @@ REQUESTS = "requests.parquet"
 FAILURES = "failures.jsonl"
 # Keys that do not change what a job computes: left out of the config hash.
 # ``repeats``/``repeat`` only label runs: each repeat's seed is in its config.
-UNHASHED_KEYS = ("force", "plan", "results_dir", "sweep", "repeats", "repeat")
+UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat")
 
 
 def arrow_type(hint: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.__main__ import with_engine_override
+from harness.config import with_engine_override
 
 
 def test_cuda_is_appended_when_a_gpu_is_visible_and_no_engine_was_chosen():

@@ -18,7 +18,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from harness import metrics, results
+from harness import calibrate, metrics, results
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +83,17 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(tiny_override
     assert summaries[JOBS[1]]["engine_reused"] and summaries[JOBS[3]]["engine_reused"]
     assert summaries[JOBS[3]]["engine_launches"] == 1  # the resumed process started one engine
     assert not (sweep / results.FAILURES).exists()
+    # each engine calibrated itself once, before its first job's requests: the killed job's
+    # engine had, so the resumed sweep measured nothing again
+    assert "calibration " not in resumed.stdout
+    records = [json.loads(p.read_text()) for p in (sweep / calibrate.CALIBRATION).glob("*.json")]
+    assert sorted(r["k"] for r in records) == [0, 1]
+    for record in records:
+        (measured,) = record["measurements"].values()
+        assert measured["requests"] == calibrate.REQUESTS_PER_SLOT
+        assert measured["units"] > 0 and measured["per_unit_s"] > 0
+        draft = next(o.split("=", 1)[1] for o in tiny_overrides if o.startswith("models.drafts"))
+        assert record["draft"] == (None if record["k"] == 0 else draft)
 
     # 3. re-run: every job is skipped and nothing is rewritten
     stamps = {n: (sweep / n / results.SUMMARY).stat().st_mtime_ns for n in JOBS}
