@@ -288,15 +288,18 @@ def planned_configs(overrides: list[str]) -> list[Any]:
 
 def run(overrides: list[str]) -> list[Path]:
     """Calibrate every engine spec of the planned sweep; returns the files written or reused."""
-    from harness import results
+    from harness import engine, results
 
     cfgs = planned_configs(overrides)
     sweep = results.sweep_dir(cfgs[0])
     results.lock_sweep(sweep)
-    return [
-        calibrate(entry, sorted(concurrencies), sweep / CALIBRATION, bool(cfgs[0].force))
-        for entry, concurrencies in entries(cfgs).items()
-    ]
+    try:
+        return [
+            calibrate(entry, sorted(concurrencies), sweep / CALIBRATION, bool(cfgs[0].force))
+            for entry, concurrencies in entries(cfgs).items()
+        ]
+    finally:
+        engine.clear()  # before the interpreter exits: no "engine core exited" warning
 
 
 @command(doc=__doc__)
