@@ -150,10 +150,12 @@ def train_model(
     out_dir: str,
     cfg: TrainConfig,
     vocab_size: int | None = None,
+    teacher: Built | None = None,
 ) -> Built:
     """SFT ``parent`` on ``rows`` into ``out_dir`` unless a build with the same key is there.
 
-    ``vocab_size`` pads the model's embeddings to that many rows (see :func:`train.sft.sft`).
+    ``vocab_size`` pads the model's embeddings to that many rows; ``teacher`` is the model
+    whose distributions objective ``kl`` learns (see :func:`train.sft.sft`).
     """
     from train.merge import merge_lora
     from train.sft import sft
@@ -161,6 +163,8 @@ def train_model(
     # the thread count changes float reductions, so it is part of what a build is
     config = asdict(settings) | {"threads": cfg.threads}
     config |= {"vocab_size": vocab_size} if vocab_size else {}
+    teacher = teacher if settings.objective == "kl" else None
+    config |= {"teacher": teacher.key} if teacher else {}
     key = build_key(parent.key, data_hash(rows), config)
     out = Path(out_dir)
     if is_current(out, key):
@@ -172,7 +176,10 @@ def train_model(
     shutil.rmtree(tmp, ignore_errors=True)
     work = Path(cfg.work_dir) / f"{role}-{key}"
     trained = tmp if settings.lora is None else work / "adapter"
-    result = sft(parent.path, rows, trained, settings, cfg, work, val_rows, vocab_size)
+    result = sft(
+        parent.path, rows, trained, settings, cfg, work, val_rows, vocab_size,
+        teacher.path if teacher else None,
+    )  # fmt: skip
     if settings.lora is not None:  # fold the adapter into the parent's weights
         merge_lora(parent.path, trained, tmp, cfg)
     method = "lora" if settings.lora else "full"
@@ -316,6 +323,7 @@ def run(cfg: TrainConfig) -> dict[str, str]:
             exp.drafts[style],
             cfg,
             vocab_size=config_vocab_size(target.path),
+            teacher=target,
         )
         built |= {f"target_{style}": target.path, f"draft_{style}": draft.path}
     return built

@@ -25,6 +25,7 @@ from harness.config import (
 from train.tiny import TinyModelConfig
 
 DEVICES = ("cpu", "cuda")
+OBJECTIVES = ("sft", "kl")
 STYLES = ("cot", "cod")  # the trained targets' prompt styles
 DEFAULT_EXPERIMENT = "tiny"
 
@@ -66,6 +67,9 @@ class SFTSettings:
     logging_steps: int = 10
     save_steps: int = 200  # checkpoint interval, for resuming
     seed: int = 0
+    # sft: cross-entropy of the completion; kl: forward KL to a teacher's next-token
+    # distributions on the same tokens (drafts only: the teacher is the draft's target)
+    objective: str = "sft"
     lora: LoraSettings | None = None
 
 
@@ -176,6 +180,9 @@ def validate_train(cfg: TrainConfig) -> None:
     check_choice("device", cfg.device, DEVICES)
     check(cfg.target.lora is not None, "target.lora", None, "targets are trained with LoRA")
     check(cfg.draft.lora is None, "draft.lora", cfg.draft.lora, "drafts are fully fine-tuned")
+    check_choice("draft.objective", cfg.draft.objective, OBJECTIVES)
+    check(cfg.target.objective == "sft", "target.objective", cfg.target.objective,
+          "targets learn from the teacher's text (sft); kl is for drafts")  # fmt: skip
     for d in cfg.difficulties:
         check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
     check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")

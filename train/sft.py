@@ -35,6 +35,7 @@ def sft(
     work_dir: str | Path,
     val_rows: list[dict] | None = None,
     vocab_size: int | None = None,
+    teacher_dir: str | Path | None = None,
 ) -> SFTResult:
     """Fine-tune the model in ``base_dir`` on ``rows`` and save what was trained to ``out_dir``.
 
@@ -43,6 +44,9 @@ def sft(
     trained and ``out_dir`` is a standalone model with its tokenizer. ``vocab_size`` pads
     the embeddings first (a draft must match its target's, e.g. Qwen2.5-0.5B's 151936
     rows against Qwen2.5-14B's 152064; the padding ids are never in the data).
+    ``settings.objective`` ``kl`` trains on the forward KL from the next-token
+    distributions of the model in ``teacher_dir`` (:func:`forward_kl`) instead of the
+    cross-entropy of the completion tokens.
     """
     import time
 
@@ -57,13 +61,19 @@ def sft(
     model = load_model(base_dir, cfg)
     if vocab_size and vocab_size != model.config.vocab_size:
         model.resize_token_embeddings(vocab_size)
-    trainer = SFTTrainer(
+    extra = {}
+    if settings.objective == "kl":
+        if teacher_dir is None:
+            raise ValueError("objective kl needs a teacher model")
+        extra["teacher"] = load_model(teacher_dir, cfg)
+    trainer = (_kl_trainer() if extra else SFTTrainer)(
         model=model,
         args=_sft_config(settings, cfg, work),
         train_dataset=_dataset(Dataset, rows),
         eval_dataset=_dataset(Dataset, val_rows) if val_rows else None,
         processing_class=tokenizer,
         peft_config=_lora_config(settings),
+        **extra,
     )
     resume = get_last_checkpoint(str(work)) if any(work.glob("checkpoint-*")) else None
     start = time.perf_counter()
@@ -79,6 +89,45 @@ def sft(
     return SFTResult(
         trainer.state.global_step, float(losses[-1]) if losses else float("nan"), eval_loss, seconds
     )
+
+
+def forward_kl(teacher_logits, student_logits, mask):
+    """Mean over the positions where ``mask`` is true of KL(teacher || student) between the
+    two next-token distributions (logits over a shared vocabulary; a padded one is cut to
+    the smaller size)."""
+    import torch.nn.functional as F
+
+    vocab = min(teacher_logits.shape[-1], student_logits.shape[-1])
+    log_p = F.log_softmax(teacher_logits[..., :vocab].float(), dim=-1)
+    log_q = F.log_softmax(student_logits[..., :vocab].float(), dim=-1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1)
+    mask = mask.to(kl.dtype)
+    return (kl * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _kl_trainer():
+    """``SFTTrainer`` whose loss is :func:`forward_kl` from a frozen teacher on the
+    completion tokens (logit distillation, as in DistillSpec, Zhou et al. 2023)."""
+    import torch
+    from trl import SFTTrainer
+
+    class KLTrainer(SFTTrainer):
+        def __init__(self, *args, teacher, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.teacher = teacher.eval().requires_grad_(False).to(self.model.device)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels = inputs["labels"]
+            forward = {k: v for k, v in inputs.items() if k != "labels"}
+            outputs = model(**forward, use_cache=False)
+            with torch.no_grad():
+                teacher = self.teacher(**forward, use_cache=False).logits
+            # logits at t predict token t + 1: completion tokens are the labels kept
+            mask = labels[:, 1:] != -100
+            loss = forward_kl(teacher[:, :-1], outputs.logits[:, :-1], mask)
+            return (loss, outputs) if return_outputs else loss
+
+    return KLTrainer
 
 
 def _dataset(dataset_cls, rows: list[dict]):

@@ -1,0 +1,36 @@
+"""A draft derived from its target: the target's first layers, final norm and embeddings.
+
+vLLM's draft-model mode needs the target's tokenizer; when no smaller model of the same
+family ships (SmolLM2-135M offline), a cut of the target is the draft to train. The cut
+keeps the embeddings, the first ``num_layers`` decoder layers, the final norm and the LM
+head (tied or not) with their weights; it is untrained as a whole, so it must then be
+distilled (``train.sft``, objective ``sft`` or ``kl``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def truncated(model_dir: str | Path, out_dir: str | Path, num_layers: int) -> Path:
+    """Save the first ``num_layers`` decoder layers of ``model_dir`` (with its embeddings,
+    final norm, LM head and tokenizer) to ``out_dir``.
+
+    Raises:
+        ValueError: ``num_layers`` not in 1 .. the model's layer count.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    layers = model.config.num_hidden_layers
+    if not 1 <= num_layers <= layers:
+        raise ValueError(f"num_layers={num_layers}: {model_dir} has {layers} layers")
+    model.model.layers = model.model.layers[:num_layers]
+    model.config.num_hidden_layers = num_layers
+    if getattr(model.config, "layer_types", None):  # per-layer attention kinds (transformers 5)
+        model.config.layer_types = model.config.layer_types[:num_layers]
+    out = Path(out_dir)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(model_dir)).save_pretrained(out)
+    return out
