@@ -142,10 +142,9 @@ def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     wanted: dict[Entry, set[int]] = {}
     for cfg in cfgs:
         job = job_entry(cfg)
-        spec = job.spec
         wanted.setdefault(job, set()).add(cfg.concurrency)
-        if spec.draft is not None:
-            plain = EngineSpec.plain(spec.draft, dict(spec.settings))
+        if job.spec.draft is not None:
+            plain = EngineSpec.plain(job.spec.draft, dict(job.spec.settings))
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
     return wanted
 

@@ -120,9 +120,7 @@ class Config:
     datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     sweep: str = "${experiment}"
     force: bool = False
-    calibrate: bool = (
-        True  # time the job's engine on fixed prompts once per spec (harness.calibrate)
-    )
+    calibrate: bool = True  # time each engine on fixed prompts once (harness.calibrate)
     plan: bool = False  # print the sweep's engines, jobs and memory; start nothing
 
 
