@@ -156,6 +156,7 @@ def test_a_job_whose_engine_crashes_is_recorded_and_the_sweep_goes_on(tiny_pair,
     assert [f["job"] for f in failures] == ["cot-synth_easy-k0-c1-s0-t0-n2"]
     assert _complete_jobs(sweep) == ["base-synth_easy-k0-c1-s0-t0-n2"]
     assert sorted(p.name for p in sweep.iterdir()) == [
+        calibrate.CALIBRATION,  # the base job's engine calibrated itself
         ".hydra",
         results.LOCK,  # the sweep's lock file stays; the kernel released the lock
         "base-synth_easy-k0-c1-s0-t0-n2",
