@@ -193,44 +193,22 @@ def read(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def calibrate(entry: Entry, concurrencies: Sequence[int], out_dir: Path, force: bool) -> Path:
-    """Measure ``entry`` at the concurrencies its cache file lacks (starting its engine only
-    then); returns the file."""
+def calibrate(
+    entry: Entry, concurrencies: Sequence[int], out_dir: Path, force: bool, llm: Any = None
+) -> Path:
+    """Measure ``entry`` at the concurrencies its cache file lacks, on ``llm`` when given
+    (the entry's live engine), else on an engine started only then; returns the file."""
     from harness import engine as engines
+    from harness.checks import load_tokenizer
 
-    path, done, todo = _missing(entry, concurrencies, out_dir, force)
-    if todo:
-        live, _ = engines.get(entry.spec)
-        _measure_and_save(entry, todo, done, path, live.llm)
-    return path
-
-
-def on_live_engine(cfg: Any, llm: Any) -> None:
-    """Calibrate a job's engine, live as ``llm``, at the job's concurrency unless measured."""
-    from harness.results import sweep_dir
-
-    entry = job_entry(cfg)
-    path, done, todo = _missing(entry, [cfg.concurrency], sweep_dir(cfg) / CALIBRATION, False)
-    if todo:
-        _measure_and_save(entry, todo, done, path, llm)
-
-
-def _missing(
-    entry: Entry, concurrencies: Sequence[int], out_dir: Path, force: bool
-) -> tuple[Path, dict[int, Any], list[int]]:
-    """The entry's file, its cached measurements and the concurrencies it lacks."""
     path = out_dir / f"{cache_key(entry)}.json"
     cached = None if force else read(path)
     done = {int(c): m for c, m in (cached or {}).get("measurements", {}).items()}
-    return path, done, [c for c in sorted(concurrencies) if c not in done]
-
-
-def _measure_and_save(
-    entry: Entry, todo: Sequence[int], done: dict[int, Any], path: Path, llm: Any
-) -> Path:
-    """Measure ``todo`` on ``llm`` and save them with ``done``."""
-    from harness.checks import load_tokenizer
-
+    todo = [c for c in sorted(concurrencies) if c not in done]
+    if not todo:
+        return path
+    if llm is None:
+        llm = engines.get(entry.spec)[0].llm
     tokenizer = load_tokenizer(entry.spec.target)
     for concurrency in todo:
         done[concurrency] = asdict(measure(llm, tokenizer, entry.k, concurrency))
@@ -245,6 +223,13 @@ def _measure_and_save(
         "measurements": {str(c): done[c] for c in sorted(done)},
     }
     return save(path, record)
+
+
+def on_live_engine(cfg: Any, llm: Any) -> None:
+    """Calibrate a job's engine, live as ``llm``, at the job's concurrency unless measured."""
+    from harness.results import sweep_dir
+
+    calibrate(job_entry(cfg), [cfg.concurrency], sweep_dir(cfg) / CALIBRATION, False, llm)
 
 
 def save(path: Path, record: dict[str, Any]) -> Path:

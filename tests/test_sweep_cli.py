@@ -88,11 +88,11 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(tiny_override
     assert "calibration " not in resumed.stdout
     records = [json.loads(p.read_text()) for p in (sweep / calibrate.CALIBRATION).glob("*.json")]
     assert sorted(r["k"] for r in records) == [0, 1]
+    draft = next(o.split("=", 1)[1] for o in tiny_overrides if o.startswith("models.drafts"))
     for record in records:
         (measured,) = record["measurements"].values()
         assert measured["requests"] == calibrate.REQUESTS_PER_SLOT
         assert measured["units"] > 0 and measured["per_unit_s"] > 0
-        draft = next(o.split("=", 1)[1] for o in tiny_overrides if o.startswith("models.drafts"))
         assert record["draft"] == (None if record["k"] == 0 else draft)
 
     # 3. re-run: every job is skipped and nothing is rewritten

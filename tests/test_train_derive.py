@@ -21,6 +21,8 @@ def test_forward_kl_is_the_mean_kl_over_the_masked_positions():
     # position 0: p = q, KL 0; position 1: p = (3/4, 1/4) against (1/2, 1/2); position 2 masked
     kl1 = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
     assert forward_kl(p, q, mask).item() == pytest.approx(kl1 / 2)
+    # under gradient accumulation the trainer gives the token count of the whole batch
+    assert forward_kl(p, q, mask, num_items=torch.tensor(8)).item() == pytest.approx(kl1 / 8)
     assert forward_kl(p, p, torch.ones(1, 3, dtype=torch.bool)).item() == pytest.approx(0.0)
 
 

@@ -61,12 +61,12 @@ def sft(
     model = load_model(base_dir, cfg)
     if vocab_size and vocab_size != model.config.vocab_size:
         model.resize_token_embeddings(vocab_size)
-    extra = {}
+    trainer_cls, extra = SFTTrainer, {}
     if settings.objective == "kl":
         if teacher_dir is None:
             raise ValueError("objective kl needs a teacher model")
-        extra["teacher"] = load_model(teacher_dir, cfg)
-    trainer = (_kl_trainer() if extra else SFTTrainer)(
+        trainer_cls, extra = _kl_trainer(), {"teacher": load_model(teacher_dir, cfg)}
+    trainer = trainer_cls(
         model=model,
         args=_sft_config(settings, cfg, work),
         train_dataset=_dataset(Dataset, rows),
@@ -91,10 +91,11 @@ def sft(
     )
 
 
-def forward_kl(teacher_logits, student_logits, mask):
-    """Mean over the positions where ``mask`` is true of KL(teacher || student) between the
-    two next-token distributions (logits over a shared vocabulary; a padded one is cut to
-    the smaller size)."""
+def forward_kl(teacher_logits, student_logits, mask, num_items=None):
+    """KL(teacher || student) between the two next-token distributions, summed over the
+    positions where ``mask`` is true and divided by ``num_items`` (default: their count, a
+    mean). Logits share a vocabulary; a padded one is cut to the smaller size."""
+    import torch
     import torch.nn.functional as F
 
     vocab = min(teacher_logits.shape[-1], student_logits.shape[-1])
@@ -102,7 +103,8 @@ def forward_kl(teacher_logits, student_logits, mask):
     log_q = F.log_softmax(student_logits[..., :vocab].float(), dim=-1)
     kl = (log_p.exp() * (log_p - log_q)).sum(-1)
     mask = mask.to(kl.dtype)
-    return (kl * mask).sum() / mask.sum().clamp(min=1)
+    count = mask.sum() if num_items is None else num_items
+    return (kl * mask).sum() / torch.as_tensor(count).clamp(min=1)
 
 
 def _kl_trainer():
@@ -122,9 +124,11 @@ def _kl_trainer():
             outputs = model(**forward, use_cache=False)
             with torch.no_grad():
                 teacher = self.teacher(**forward, use_cache=False).logits
-            # logits at t predict token t + 1: completion tokens are the labels kept
+            # logits at t predict token t + 1: completion tokens are the labels kept. The
+            # trainer counts those tokens over the whole accumulated batch and does not
+            # divide by the accumulation steps itself, so the sum is divided by that count.
             mask = labels[:, 1:] != -100
-            loss = forward_kl(teacher[:, :-1], outputs.logits[:, :-1], mask)
+            loss = forward_kl(teacher[:, :-1], outputs.logits[:, :-1], mask, num_items_in_batch)
             return (loss, outputs) if return_outputs else loss
 
     return KLTrainer
