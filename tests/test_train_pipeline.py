@@ -40,6 +40,19 @@ def test_tiny_experiment_trains_from_scratch_on_cpu_with_64_wide_heads():
     assert weights["target"] > 1.5 * weights["draft"]  # the draft is much cheaper per token
 
 
+def test_smollm2_derives_its_drafts_from_gsm8k_targets():
+    cfg = compose_train_config(["experiment=smollm2", "datasets_dir=some/dir"])
+    exp = Experiment.load("smollm2")
+    assert cfg.scratch is None and cfg.draft_layers and cfg.difficulties == ["easy"]
+    assert "base" not in exp.drafts and set(exp.drafts) == {"cot", "cod"}
+    assert cfg.draft.freeze_embeddings and cfg.datasets_dir == "some/dir"
+    # the distilled answers fit the engine, and the sweep asks no more tokens than they hold
+    from harness.config import compose_config
+
+    assert cfg.distil.max_tokens == compose_config(["experiment=smollm2"]).max_tokens
+    assert cfg.engine.max_model_len >= cfg.target.max_length + cfg.distil.max_tokens
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -49,6 +62,7 @@ def test_tiny_experiment_trains_from_scratch_on_cpu_with_64_wide_heads():
         (["target.rank=8"], "rank"),
         (["difficulties=[easy,extreme]"], "difficulties=extreme"),
         (["+scratch.pages.tot={easy: 5}"], "scratch.pages=tot: must be among cot, cod"),
+        (["draft_layers=0"], "draft_layers=0: must be >= 1 or null"),
     ],
 )
 def test_bad_train_config_names_the_key(overrides, message):
@@ -130,6 +144,27 @@ def test_micro_world_builds_every_model_and_a_rerun_trains_nothing(tmp_path, mon
     assert len(list((tmp_path / cfg.work_dir).glob("distil-cot-*.jsonl"))) == 2
     after = written(rebuilt)
     assert {r for r in stamps if after[r] != stamps[r]} == {"draft_cot", "draft_cod"}
+
+    # drafts derived from their targets (first layer), distilled with the KL objective
+    derived = compose_train_config(
+        [*MICRO, "draft_layers=1", "draft.objective=kl", "draft.freeze_embeddings=true"]
+    )
+    rebuilt = run(derived)
+    assert {r for r in stamps if written(rebuilt)[r] != after[r]} == {"draft_cot", "draft_cod"}
+    for style in ("cot", "cod"):
+        manifest = json.loads((tmp_path / rebuilt[f"draft_{style}"] / "manifest.json").read_text())
+        init = AutoModelForCausalLM.from_pretrained(tmp_path / manifest["trained_from"])
+        draft = AutoModelForCausalLM.from_pretrained(tmp_path / rebuilt[f"draft_{style}"])
+        target = models[f"target_{style}"]
+        assert draft.config.num_hidden_layers == 1 and draft.config.hidden_size == 128
+        assert manifest["config"]["objective"] == "kl" and "teacher" in manifest["config"]
+        # the cut started from the target's own first layer and embeddings; training moved
+        # the layer, not the frozen embeddings
+        layer = "model.layers.0.mlp.down_proj.weight"
+        assert torch.equal(init.state_dict()[layer], target.state_dict()[layer])
+        assert not torch.equal(draft.state_dict()[layer], init.state_dict()[layer])
+        embed = "model.embed_tokens.weight"
+        assert torch.equal(draft.state_dict()[embed], target.state_dict()[embed])
 
 
 def _file_digests(model_dir: Path) -> dict[str, str]:

@@ -2,20 +2,25 @@
 
     python -m train.build                                  # experiment=tiny, into models/tiny/
     python -m train.build experiment=tiny target.max_steps=50 threads=1
+    python -m train.build experiment=smollm2 datasets_dir=path/to/datasets   # CPU, about 45 min
     python -m train.build experiment=qwen2.5               # CUDA; after `python -m train.data experiment=qwen2.5`
 
 Steps (config: ``conf/train/<experiment>.yaml``; model directories: ``models`` of
 ``conf/experiment/<experiment>.yaml``):
 
 1. SFT sets ``<data_dir>/<experiment>/<difficulty>/{cot,cod}_{train,val}.jsonl`` from
-   ``train.data`` (remade on the spot when the experiment's teacher is the offline
-   synthetic one). No training row may be an evaluation problem (checked on ids).
-2. Tiny world only (``scratch``): a byte-level BPE tokenizer, then the base target and
-   base draft trained from scratch on worked solutions (plain text) and direct-answer
-   chats (:mod:`train.pretrain`).
+   ``train.data`` (remade on the spot when the experiment's teacher needs no model:
+   synthetic, or gsm8k from ``datasets_dir``). No training row may be an evaluation
+   problem (checked on ids).
+2. Base models: the tiny world (``scratch``) trains a byte-level BPE tokenizer, then the
+   base target and base draft from scratch on worked solutions (plain text) and
+   direct-answer chats (:mod:`train.pretrain`); an experiment with a packaged GGUF
+   converts it (:mod:`train.gguf`); otherwise ``models.{targets,drafts}.base`` are given.
 3. Per style (cot, cod): the target = base target + LoRA on the style's set, merged;
-   the target answers the training prompts greedily through vLLM; the draft = base draft
-   fully fine-tuned on those answers, its embeddings padded to the target's vocab_size
+   the target answers the training prompts greedily through vLLM; the draft (the base
+   draft, or with ``draft_layers`` the target's first layers, :mod:`train.derive`) is
+   fully fine-tuned on those answers (objective ``sft``) or on the target's next-token
+   distributions over them (``kl``), its embeddings padded to the target's vocab_size
    when smaller (vLLM's draft-model mode needs equal sizes).
 
 Every model directory gets ``manifest.json``; one whose cache key (parent key, data
@@ -39,6 +44,7 @@ from harness.datasets import load_problems
 from harness.files import atomic_dir, replace_dir, write_text
 from train.config import STYLES, SFTSettings, TrainConfig, compose_train_config
 from train.data import DataLeakError
+from train.gguf import SOURCES, convert
 from train.manifest import (
     Manifest,
     build_key,
@@ -90,15 +96,15 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 def sft_sets(cfg: TrainConfig) -> dict[str, dict[str, dict[str, list[dict]]]]:
     """``{style: {split: {difficulty: rows}}}``.
 
-    A synthetic teacher's sets are remade every time (seconds, deterministic), so they
-    always follow the current generators; other teachers' sets must exist.
+    A model-free teacher's sets are remade every time (seconds, deterministic), so they
+    always follow the current code; other teachers' sets must exist.
     """
     from train.data import run
-    from train.data_config import compose_data_config
+    from train.data_config import MODEL_FREE_TEACHERS
 
     root = Path(cfg.data_dir) / cfg.experiment
-    data_cfg = compose_data_config([f"experiment={cfg.experiment}", f"out_dir={cfg.data_dir}"])
-    if data_cfg.teacher == "synthetic":
+    data_cfg = _data_config(cfg, f"out_dir={cfg.data_dir}")
+    if data_cfg.teacher in MODEL_FREE_TEACHERS:
         run(data_cfg)
     missing = [
         path
@@ -123,10 +129,16 @@ def sft_sets(cfg: TrainConfig) -> dict[str, dict[str, dict[str, list[dict]]]]:
 
 def eval_ids(cfg: TrainConfig) -> set[str]:
     """Ids of every evaluation problem of the experiment (the data config's eval splits)."""
+    data_cfg = _data_config(cfg)
+    return {p.id for d in cfg.difficulties for p in load_problems(data_cfg.datasets[d].eval)}
+
+
+def _data_config(cfg: TrainConfig, *overrides: str):
+    """The experiment's data config (``conf/data/<experiment>.yaml``), reading ``datasets_dir``."""
     from train.data_config import compose_data_config
 
-    data_cfg = compose_data_config([f"experiment={cfg.experiment}"])
-    return {p.id for d in cfg.difficulties for p in load_problems(data_cfg.datasets[d].eval)}
+    local = [f"datasets_dir={cfg.datasets_dir}"] if cfg.datasets_dir else []
+    return compose_data_config([f"experiment={cfg.experiment}", *local, *overrides])
 
 
 def check_no_leak(rows: list[dict], held_out: set[str], what: str) -> None:
@@ -262,6 +274,18 @@ def scratch_bases(
     return bases[0], bases[1]
 
 
+def derived_draft(cfg: TrainConfig, target: Built) -> Built:
+    """The first ``cfg.draft_layers`` layers of ``target``, untrained as a draft (cached by key)."""
+    from train.derive import truncated
+
+    key = digest({"derived_from": target.key, "layers": cfg.draft_layers})
+    out = Path(cfg.work_dir) / f"draft-init-{key}"
+    if not out.is_dir():
+        with atomic_dir(out) as tmp:
+            truncated(target.path, tmp, cfg.draft_layers)
+    return Built(str(out), key)
+
+
 def distilled(cfg: TrainConfig, target: Built, style: str, rows: list[dict]) -> list[dict]:
     """The target's own greedy answers to ``rows``' prompts (cached by target, rows, max_tokens)."""
     from train.distil import distil_rows
@@ -296,12 +320,23 @@ def run(cfg: TrainConfig) -> dict[str, str]:
     for style, split_rows in sets.items():
         for split, rows in split_rows.items():
             check_no_leak(flat(rows), held_out, f"{style}_{split}")
+    base_draft = None
     if cfg.scratch is not None:
         base_target, base_draft = scratch_bases(cfg, exp, sets, held_out)
+    elif cfg.experiment in SOURCES:
+        out = exp.targets["base"]
+        base_target = Built(out, convert(SOURCES[cfg.experiment], out).key)
     else:
         base_target = _pretrained(exp.targets["base"])
+    if base_draft is None and cfg.draft_layers is None:
+        if "base" not in exp.drafts:
+            raise ConfigError(
+                f"experiment={cfg.experiment}: no models.drafts.base to train drafts from; "
+                "set draft_layers to derive them from their targets"
+            )
         base_draft = _pretrained(exp.drafts["base"])
-    built = {"target_base": base_target.path, "draft_base": base_draft.path}
+    built = {"target_base": base_target.path}
+    built |= {"draft_base": base_draft.path} if base_draft else {}
     for style in STYLES:
         train_rows, val_rows = flat(sets[style]["train"]), flat(sets[style]["val"])
         target = train_model(
@@ -316,7 +351,7 @@ def run(cfg: TrainConfig) -> dict[str, str]:
         answers = distilled(cfg, target, style, flat(sets[style]["train"], cfg.distil.max_problems))
         draft = train_model(
             f"draft_{style}",
-            base_draft,
+            derived_draft(cfg, target) if cfg.draft_layers else base_draft,
             answers,
             None,
             cfg.draft,

@@ -70,6 +70,7 @@ class SFTSettings:
     # sft: cross-entropy of the completion; kl: forward KL to a teacher's next-token
     # distributions on the same tokens (drafts only: the teacher is the draft's target)
     objective: str = "sft"
+    freeze_embeddings: bool = False  # keep the input embeddings (and a tied LM head) as they are
     lora: LoraSettings | None = None
 
 
@@ -113,6 +114,10 @@ class TrainConfig:
     )
     work_dir: str = "models/.work"  # checkpoints, tokenizer, distillation sets
     scratch: ScratchSettings | None = None  # None = base models are models.{targets,drafts}.base
+    # drafts derived from their target: its first draft_layers layers (train.derive), when no
+    # smaller model shares its tokenizer; null = the draft starts from models.drafts.base
+    draft_layers: int | None = None
+    datasets_dir: str | None = None  # local dataset files, for an offline teacher's sets
     target: SFTSettings = field(default_factory=SFTSettings)  # give it a lora section
     draft: SFTSettings = field(default_factory=SFTSettings)
     distil: DistilSettings = field(default_factory=DistilSettings)
@@ -185,6 +190,8 @@ def validate_train(cfg: TrainConfig) -> None:
           "targets learn from the teacher's text (sft); kl is for drafts")  # fmt: skip
     for d in cfg.difficulties:
         check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
+    check(cfg.draft_layers is None or cfg.draft_layers >= 1, "draft_layers", cfg.draft_layers,
+          "must be >= 1 or null")  # fmt: skip
     check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
     for style, counts in (cfg.scratch.pages if cfg.scratch else {}).items():
         check(style in STYLES, "scratch.pages", style, f"must be among {', '.join(STYLES)}")

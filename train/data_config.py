@@ -27,6 +27,8 @@ from train.teachers.base import TeacherPrompts
 from train.teachers.vllm_teacher import VllmTeacherConfig
 
 TEACHERS = ("synthetic", "gemini", "vllm", "gsm8k")
+# deterministic and fast: train.build remakes their sets
+MODEL_FREE_TEACHERS = ("synthetic", "gsm8k")
 SOLVES = {
     "synthetic": "synth",
     "gsm8k": "gsm8k",

@@ -1,6 +1,6 @@
 """A base model converted from a GGUF file that an installed Python package ships.
 
-    python -m train.gguf experiment=smollm2    # what `make models experiment=smollm2` runs
+    python -m train.gguf experiment=smollm2    # the base target alone (train.build converts it too)
 
 The file is found with ``importlib.util.find_spec`` without importing the package (its
 own dependencies are not installed), dequantised by transformers (with the ``gguf``

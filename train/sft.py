@@ -44,6 +44,8 @@ def sft(
     trained and ``out_dir`` is a standalone model with its tokenizer. ``vocab_size`` pads
     the embeddings first (a draft must match its target's, e.g. Qwen2.5-0.5B's 151936
     rows against Qwen2.5-14B's 152064; the padding ids are never in the data).
+    ``settings.freeze_embeddings`` trains everything but the input embeddings (and the
+    LM head tied to them).
     ``settings.objective`` ``kl`` trains on the forward KL from the next-token
     distributions of the model in ``teacher_dir`` (:func:`forward_kl`) instead of the
     cross-entropy of the completion tokens.
@@ -61,6 +63,8 @@ def sft(
     model = load_model(base_dir, cfg)
     if vocab_size and vocab_size != model.config.vocab_size:
         model.resize_token_embeddings(vocab_size)
+    if settings.freeze_embeddings:  # a tied LM head shares the weight, so it stays too
+        model.get_input_embeddings().requires_grad_(False)
     trainer_cls, extra = SFTTrainer, {}
     if settings.objective == "kl":
         if teacher_dir is None:
