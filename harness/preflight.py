@@ -80,6 +80,12 @@ def stored(result: dict[str, Any]) -> list[tuple[list[bool], int]]:
     return vectors
 
 
+def steps_per_token(result: dict[str, Any], k: int) -> list[float]:
+    """Replayed verify steps per decode position of each request of a ``preflight.json``
+    entry at ``k`` (their count over their sum is E for a mean TPOT)."""
+    return [len(greedy_steps(a, k, end)) / end for a, end in stored(result) if end]
+
+
 def agreement(model: Any, prompt: Sequence[int], output: Sequence[int]) -> list[bool]:
     """Whether ``model``'s greedy token equals output token j + 1, for j = 0..len(output) - 2."""
     import torch
@@ -192,7 +198,7 @@ def read(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def _ks(text: str) -> list[int]:
+def parse_ks(text: str) -> list[int]:
     try:
         ks = [int(k) for k in text.split(",")]
     except ValueError:
@@ -210,7 +216,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.preflight")
     parser.add_argument("runs", nargs="+", type=Path, help="K = 0 run directories")
     parser.add_argument("--draft", required=True, help="the draft model, named as in the sweep")
-    parser.add_argument("--ks", type=_ks, default=[1, 3, 5], help="Ks to replay (default 1,3,5)")
+    parser.add_argument(
+        "--ks", type=parse_ks, default=[1, 3, 5], help="Ks to replay (default 1,3,5)"
+    )
     args = parser.parse_args(argv)
     check_model_dir("--draft", args.draft)
     for run_dir in args.runs:

@@ -71,11 +71,9 @@ def preflights(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, run in runs[runs["k"] == 0].iterrows() if not runs.empty else []:
         for draft, result in preflight.read(Path(run["path"])).items():
-            vectors = [(a, end) for a, end in preflight.stored(result) if end]
             for k, counts in result["ks"].items():
                 base = {c: run[c] for c in aggregate.BASELINE}
-                # replayed steps per decode token of each request, for the mean TPOT
-                ratios = [len(preflight.greedy_steps(a, int(k), end)) / end for a, end in vectors]
+                ratios = preflight.steps_per_token(result, int(k))  # for the mean TPOT
                 extra = {"_steps_per_token": sum(ratios), "_n": len(ratios)}
                 rows.append({**base, "draft": draft, "k": int(k), **counts, **extra})
     if not rows:

@@ -55,6 +55,25 @@ def test_a_cut_keeps_the_first_layers_norm_and_head(tiny_pair, tmp_path):
         truncated(target_dir, tmp_path / "bad", 3)
 
 
+def test_a_cut_may_skip_the_middle_keeping_the_last_layers(tiny_pair, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    target_dir, _ = tiny_pair
+    cut_dir = truncated(target_dir, tmp_path / "cut", 1, last=1)
+    cut = AutoModelForCausalLM.from_pretrained(cut_dir).eval()
+    assert cut.config.num_hidden_layers == 1
+    # the target with its first layer dropped: its second layer straight on the embeddings
+    skipped = AutoModelForCausalLM.from_pretrained(target_dir).eval()
+    skipped.model.layers = torch.nn.ModuleList(skipped.model.layers[1:])
+    skipped.model.layers[0].self_attn.layer_idx = 0
+    ids = list(range(5, 25))
+    torch.testing.assert_close(_logits(cut, ids), _logits(skipped, ids))
+    first = AutoModelForCausalLM.from_pretrained(truncated(target_dir, tmp_path / "first", 1))
+    assert not torch.allclose(_logits(cut, ids), _logits(first.eval(), ids))
+    with pytest.raises(ValueError, match="last=2"):
+        truncated(target_dir, tmp_path / "bad", 1, last=2)
+
+
 def test_kl_training_brings_the_draft_closer_to_its_teacher(tiny_pair, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -95,3 +114,12 @@ def test_only_drafts_take_the_kl_objective():
         compose_train_config(["target.objective=kl"])
     with pytest.raises(ConfigError, match=r"draft\.objective=jsd"):
         compose_train_config(["draft.objective=jsd"])
+
+
+def test_the_last_layers_of_a_derived_draft_are_among_its_layers():
+    from harness.config import ConfigError
+
+    cfg = compose_train_config(["draft_layers=4", "draft_last_layers=2"])
+    assert (cfg.draft_layers, cfg.draft_last_layers) == (4, 2)
+    with pytest.raises(ConfigError, match=r"draft_last_layers=5"):
+        compose_train_config(["draft_layers=4", "draft_last_layers=5"])

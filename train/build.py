@@ -18,7 +18,8 @@ Steps (config: ``conf/train/<experiment>.yaml``; model directories: ``models`` o
    converts it (:mod:`train.gguf`); otherwise ``models.{targets,drafts}.base`` are given.
 3. Per style (cot, cod): the target = base target + LoRA on the style's set, merged;
    the target answers the training prompts greedily through vLLM; the draft (the base
-   draft, or with ``draft_layers`` the target's first layers, :mod:`train.derive`) is
+   draft, or with ``draft_layers`` layers of the target, its first ones or with
+   ``draft_last_layers`` its first and last ones, :mod:`train.derive`) is
    fully fine-tuned on those answers (objective ``sft``) or on the target's next-token
    distributions over them (``kl``), its embeddings padded to the target's vocab_size
    when smaller (vLLM's draft-model mode needs equal sizes).
@@ -275,14 +276,17 @@ def scratch_bases(
 
 
 def derived_draft(cfg: TrainConfig, target: Built) -> Built:
-    """The first ``cfg.draft_layers`` layers of ``target``, untrained as a draft (cached by key)."""
+    """``cfg.draft_layers`` layers of ``target`` (its first ones, then its last
+    ``cfg.draft_last_layers``), untrained as a draft (cached by key)."""
     from train.derive import truncated
 
-    key = digest({"derived_from": target.key, "layers": cfg.draft_layers})
+    last = cfg.draft_last_layers
+    key = digest({"derived_from": target.key, "layers": cfg.draft_layers}
+                 | ({"last_layers": last} if last else {}))  # fmt: skip
     out = Path(cfg.work_dir) / f"draft-init-{key}"
     if not out.is_dir():
         with atomic_dir(out) as tmp:
-            truncated(target.path, tmp, cfg.draft_layers)
+            truncated(target.path, tmp, cfg.draft_layers, last)
     return Built(str(out), key)
 
 

@@ -117,6 +117,7 @@ class TrainConfig:
     # drafts derived from their target: its first draft_layers layers (train.derive), when no
     # smaller model shares its tokenizer; null = the draft starts from models.drafts.base
     draft_layers: int | None = None
+    draft_last_layers: int = 0  # of the draft_layers, how many are the target's last layers
     datasets_dir: str | None = None  # local dataset files, for an offline teacher's sets
     target: SFTSettings = field(default_factory=SFTSettings)  # give it a lora section
     draft: SFTSettings = field(default_factory=SFTSettings)
@@ -192,6 +193,8 @@ def validate_train(cfg: TrainConfig) -> None:
         check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
     check(cfg.draft_layers is None or cfg.draft_layers >= 1, "draft_layers", cfg.draft_layers,
           "must be >= 1 or null")  # fmt: skip
+    check(0 <= cfg.draft_last_layers <= (cfg.draft_layers or 0), "draft_last_layers",
+          cfg.draft_last_layers, "must be between 0 and draft_layers")  # fmt: skip
     check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
     for style, counts in (cfg.scratch.pages if cfg.scratch else {}).items():
         check(style in STYLES, "scratch.pages", style, f"must be among {', '.join(STYLES)}")

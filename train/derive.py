@@ -2,9 +2,10 @@
 
 vLLM's draft-model mode needs the target's tokenizer; when no smaller model of the same
 family ships (SmolLM2-135M offline), a cut of the target is the draft to train. The cut
-keeps the embeddings, the first ``num_layers`` decoder layers, the final norm and the LM
-head (tied or not) with their weights; it is untrained as a whole, so it must then be
-distilled (``train.sft``, objective ``sft`` or ``kl``).
+keeps the embeddings, some decoder layers (the first ones, or the first and the last ones
+with the middle skipped), the final norm and the LM head (tied or not) with their
+weights; it is untrained as a whole, so it must then be distilled (``train.sft``,
+objective ``sft`` or ``kl``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def truncated(model_dir: str | Path, out_dir: str | Path, num_layers: int) -> Path:
-    """Save the first ``num_layers`` decoder layers of ``model_dir`` (with its embeddings,
-    final norm, LM head and tokenizer) to ``out_dir``.
+def truncated(model_dir: str | Path, out_dir: str | Path, num_layers: int, last: int = 0) -> Path:
+    """Save ``num_layers`` decoder layers of ``model_dir`` (with its embeddings, final norm,
+    LM head and tokenizer) to ``out_dir``: its first ``num_layers - last`` layers, then its
+    last ``last`` ones (skipping the middle, as self-speculative drafts do).
 
     Raises:
-        ValueError: ``num_layers`` not in 1 .. the model's layer count.
+        ValueError: ``num_layers`` not in 1 .. the model's layer count, or ``last`` not in
+            0 .. ``num_layers``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -26,10 +29,15 @@ def truncated(model_dir: str | Path, out_dir: str | Path, num_layers: int) -> Pa
     layers = model.config.num_hidden_layers
     if not 1 <= num_layers <= layers:
         raise ValueError(f"num_layers={num_layers}: {model_dir} has {layers} layers")
-    model.model.layers = model.model.layers[:num_layers]
+    if not 0 <= last <= num_layers:
+        raise ValueError(f"last={last}: must be between 0 and num_layers={num_layers}")
+    keep = [*range(num_layers - last), *range(layers - last, layers)]
+    model.model.layers = torch.nn.ModuleList(model.model.layers[i] for i in keep)
+    for i, layer in enumerate(model.model.layers):  # the KV cache slot of each kept layer
+        layer.self_attn.layer_idx = i
     model.config.num_hidden_layers = num_layers
     if getattr(model.config, "layer_types", None):  # per-layer attention kinds (transformers 5)
-        model.config.layer_types = model.config.layer_types[:num_layers]
+        model.config.layer_types = [model.config.layer_types[i] for i in keep]
     out = Path(out_dir)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(model_dir)).save_pretrained(out)

@@ -1,0 +1,134 @@
+"""Candidate drafts for one target, compared before any K > 0 run (prints figures).
+
+    python bench/drafts.py RUN_DIR --drafts DIR [DIR ...] [--ks 1,3,5]
+
+``RUN_DIR`` is a complete K = 0 run of the target (``python -m harness``). For each draft:
+
+1. pre-flight acceptance over that run's own outputs (:mod:`harness.preflight`: exact for
+   a greedy draft; written to ``RUN_DIR/preflight.json`` under the draft's path);
+2. the calibrated time of one verify step with that draft on the run's engine settings at
+   each K, and of the draft alone per token (:mod:`harness.calibrate`; its engines start
+   here, one after another; cached in the run's sweep, ``.calibration/``);
+3. the cost model's predicted TPOT speedup E x T_target / T_step(K), E from the replayed
+   steps, T_target the run's own mean TPOT, as the report computes it for a sweep's drafts.
+
+A draft's layers, objective and training steps come from its ``config.json`` and
+``manifest.json``. Keep the candidates at distinct paths: results are named by path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from any directory
+
+from harness.checks import check_model_dir, command  # noqa: E402
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    from harness.preflight import parse_ks
+
+    parser.add_argument("run", type=Path, help="a complete K = 0 run directory of the target")
+    parser.add_argument("--drafts", nargs="+", required=True, help="candidate draft directories")
+    parser.add_argument("--ks", type=parse_ks, default=[1, 3, 5], help="Ks (default 1,3,5)")
+
+
+def candidate_config(summary: dict, draft: str, k: int):
+    """The run's job config with ``draft`` as its speculator at ``k``."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(summary["config"])
+    cfg.models.drafts["candidate"] = draft
+    cfg.variant.draft, cfg.variant.method, cfg.spec.k = "candidate", "draft_model", k
+    return cfg
+
+
+def mean_tpot_s(run_dir: Path) -> float:
+    """The run's mean TPOT over its answered requests (the cost model's T_target)."""
+    import pyarrow.parquet as pq
+
+    from harness import results
+
+    tpot = pq.read_table(run_dir / results.REQUESTS, columns=["tpot_s"]).column(0).to_pylist()
+    tpot = [t for t in tpot if t is not None]
+    return sum(tpot) / len(tpot)
+
+
+def describe(draft: str) -> str:
+    """Layers, objective and steps of a draft directory."""
+    from train.manifest import read_manifest
+
+    layers = json.loads((Path(draft) / "config.json").read_text())["num_hidden_layers"]
+    manifest = read_manifest(draft)
+    if manifest is None:
+        return f"{layers} layers, untrained"
+    objective = manifest.config.get("objective", "sft")
+    return f"{layers} layers, {objective}, {manifest.steps} steps"
+
+
+def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
+    """One row per draft and K: acceptance, E, costs and the predicted TPOT speedup."""
+    from harness import calibrate, engine, preflight, results
+    from harness.config import ConfigError
+    from reports.theory import speedup_from_costs
+
+    summary = results.read_summary(run_dir)
+    if summary is None or summary.get("k") != 0:
+        raise ConfigError(f"{run_dir}: not a complete K = 0 run")
+    concurrency = str(summary["config"]["concurrency"])
+    t_target = mean_tpot_s(run_dir)
+    out_dir = run_dir.parent / calibrate.CALIBRATION
+    rows = []
+    try:
+        for draft in drafts:
+            result = preflight.estimate(run_dir, draft, ks)
+            preflight.write(run_dir, draft, result)
+            # the target and the draft alone at K = 0 (for c), the pair at each K
+            cfgs = [candidate_config(summary, draft, k) for k in [0, *ks]]
+            per_unit = {}
+            for entry, concurrencies in calibrate.entries(cfgs).items():
+                record = calibrate.read(calibrate.calibrate(entry, concurrencies, out_dir, False))
+                per_unit[entry.target, entry.k] = record["measurements"][concurrency]["per_unit_s"]
+            target = summary["target"]
+            c = per_unit[draft, 0] / per_unit[target, 0]
+            for k in ks:
+                ratios = preflight.steps_per_token(result, k)
+                e = len(ratios) / sum(ratios)
+                t_step = per_unit[target, k]
+                rows.append({
+                    "draft": draft, "about": describe(draft), "k": k,
+                    "agreement": result["agreement"],
+                    "acceptance": result["ks"][str(k)]["acceptance_rate"],
+                    "E": e, "c": c, "T_step ms": t_step * 1e3,
+                    "speedup": float(speedup_from_costs(e, t_target, t_step)),
+                })  # fmt: skip
+    finally:
+        engine.clear()
+    return rows
+
+
+@command(doc=__doc__)
+def main(argv: list[str]) -> int:
+    """Compare the drafts; print one table row per draft and K (2: bad input)."""
+    parser = argparse.ArgumentParser(prog="python bench/drafts.py")
+    add_cli_args(parser)
+    args = parser.parse_args(argv)
+    for draft in args.drafts:
+        check_model_dir("--drafts", draft)
+    rows = compare(args.run, args.drafts, args.ks)
+    print(f"\n{args.run}: T_target {mean_tpot_s(args.run) * 1e3:.1f} ms per token")
+    print("| draft | what | K | agreement | acceptance | E | c | T_step ms | predicted speedup |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['draft']} | {r['about']} | {r['k']} | {r['agreement']:.3f} | "
+              f"{r['acceptance']:.3f} | {r['E']:.2f} | {r['c']:.2f} | {r['T_step ms']:.1f} | "
+              f"{r['speedup']:.2f} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,70 @@
+"""bench/drafts.py: candidate drafts compared from a K = 0 run, on real engines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from harness import engine as engines
+from harness import preflight, results
+from harness.config import compose_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "bench/drafts.py", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+
+
+def test_a_directory_that_is_not_a_k0_run_is_refused(tiny_pair, tmp_path):
+    out = _bench(str(tmp_path), "--drafts", str(tiny_pair[1]), "--ks", "2")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == f"error: {tmp_path}: not a complete K = 0 run"
+
+
+@pytest.mark.slow
+def test_each_draft_gets_its_acceptance_costs_and_predicted_speedup(
+    tiny_pair, tiny_overrides, tmp_path
+):
+    from harness.job import run_job
+
+    target, draft = (str(p) for p in tiny_pair)
+    cfg = compose_config([*tiny_overrides, "variant=cot", "spec.k=0"])
+    try:
+        run_job(cfg, progress=False)
+    finally:
+        engines.clear()
+    run_dir = results.sweep_dir(cfg) / results.job_name(cfg)
+
+    out = _bench(str(run_dir), "--drafts", draft, "--ks", "2")
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith(f"| {draft} |"))
+    _, about, k, _, acceptance, e, c, t_step_ms, speedup = (
+        cell.strip() for cell in row.strip("| ").split("|")
+    )
+    assert (about, k) == ("1 layers, untrained", "2")
+    stored = preflight.read(run_dir)[draft]  # pre-flight written under the draft's path
+    assert float(acceptance) == pytest.approx(stored["ks"]["2"]["acceptance_rate"], abs=5e-4)
+
+    # the target (reused from the run's own calibration), the draft alone and the pair at K
+    records = [json.loads(p.read_text()) for p in (run_dir.parent / ".calibration").iterdir()]
+    step = {
+        (r["target"], r["draft"], r["k"]): r["measurements"]["1"]["per_unit_s"] for r in records
+    }
+    assert set(step) == {(target, None, 0), (draft, None, 0), (target, draft, 2)}
+    assert float(c) == pytest.approx(step[draft, None, 0] / step[target, None, 0], abs=5e-3)
+    assert float(t_step_ms) == pytest.approx(step[target, draft, 2] * 1e3, abs=0.05)
+    tpot = pq.read_table(run_dir / results.REQUESTS, columns=["tpot_s"]).column(0).to_pylist()
+    t_target = sum(tpot) / len(tpot)
+    assert float(speedup) == pytest.approx(float(e) * t_target / step[target, draft, 2], rel=0.02)
+
+    again = _bench(str(run_dir), "--drafts", draft, "--ks", "2")  # cached: no engine starts
+    assert again.returncode == 0, again.stderr
+    assert "calibration " not in again.stdout
+    assert row in again.stdout.splitlines()
