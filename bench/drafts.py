@@ -48,7 +48,7 @@ def candidate_config(summary: dict, draft: str, k: int):
 
 
 def mean_tpot_s(run_dir: Path) -> float:
-    """The run's mean TPOT over its answered requests (the cost model's T_target)."""
+    """The run's mean TPOT over its requests that have one (the cost model's T_target)."""
     import pyarrow.parquet as pq
 
     from harness import results
@@ -95,12 +95,13 @@ def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
                 per_unit[entry.target, entry.k] = record["measurements"][concurrency]["per_unit_s"]
             target = summary["target"]
             c = per_unit[draft, 0] / per_unit[target, 0]
+            about = describe(draft)
             for k in ks:
                 ratios = preflight.steps_per_token(result, k)
                 e = len(ratios) / sum(ratios)
                 t_step = per_unit[target, k]
                 rows.append({
-                    "draft": draft, "about": describe(draft), "k": k,
+                    "draft": draft, "about": about, "k": k, "T_target ms": t_target * 1e3,
                     "agreement": result["agreement"],
                     "acceptance": result["ks"][str(k)]["acceptance_rate"],
                     "E": e, "c": c, "T_step ms": t_step * 1e3,
@@ -120,7 +121,7 @@ def main(argv: list[str]) -> int:
     for draft in args.drafts:
         check_model_dir("--drafts", draft)
     rows = compare(args.run, args.drafts, args.ks)
-    print(f"\n{args.run}: T_target {mean_tpot_s(args.run) * 1e3:.1f} ms per token")
+    print(f"\n{args.run}: T_target {rows[0]['T_target ms']:.1f} ms per token")
     print("| draft | what | K | agreement | acceptance | E | c | T_step ms | predicted speedup |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
