@@ -98,14 +98,14 @@ def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
             about = describe(draft)
             for k in ks:
                 ratios = preflight.steps_per_token(result, k)
-                e = len(ratios) / sum(ratios)
+                steps = sum(ratios) / len(ratios)
                 t_step = per_unit[target, k]
                 rows.append({
                     "draft": draft, "about": about, "k": k, "T_target ms": t_target * 1e3,
                     "agreement": result["agreement"],
                     "acceptance": result["ks"][str(k)]["acceptance_rate"],
-                    "E": e, "c": c, "T_step ms": t_step * 1e3,
-                    "speedup": float(speedup_from_costs(e, t_target, t_step)),
+                    "E": 1 / steps, "c": c, "T_step ms": t_step * 1e3,
+                    "speedup": float(speedup_from_costs(steps, t_target, t_step)),
                 })  # fmt: skip
     finally:
         engine.clear()

@@ -12,14 +12,19 @@ through the real engine. It measures
 
 - at K = 0: the target's time per token, decode time / (output tokens - 1);
 - at K > 0: the time of one verify step T_step(K), decode time / verify steps (steps from
-  the request's ``spec_decode_metrics``);
+  the request's ``spec_decode_metrics``). A model-free proposer (ngram prompt lookup)
+  drafts only where it finds a match, and vLLM counts only the steps with drafts; the
+  requests then stream one output per engine step, a step that emitted two or more tokens
+  prices a verify step and the steps without drafts get the rest of the decode time
+  (:func:`step_costs`);
 - for a draft model: the draft's own time per token, the draft run as a target at K = 0.
 
 Decode time is last token time - first token time (e2e - TTFT); times pool over the
 requests (sum of decode time / sum of steps or tokens). Results are cached as
 ``<results_dir>/<sweep>/.calibration/<key>.json``, the key a digest of the engine's
 arguments, the models' identity and the calibration's own settings; a cached
-concurrency is not measured again.
+concurrency is not measured again, and a new file replaces the older ones of the same
+target, draft and K.
 
 A sweep's jobs calibrate their own engine (:func:`on_live_engine`, after the job's
 warm-up, when its spec and concurrency have no measurement yet), so this command after a
@@ -32,6 +37,7 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -43,20 +49,43 @@ CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not
 PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 96
 REQUESTS_PER_SLOT = 3  # requests per concurrency slot
+UNDRAFTED_STEPS = "timed apart"  # in the identity of a model-free proposer's measurement
 PROMPT_TEXT = "Think step by step. 12 + 7 = 19, 19 * 3 = 57, 57 - 8 = 49. #### 49\n"
 
 
 @dataclass(frozen=True)
 class Timing:
-    """One request's decode time and how many units it took (verify steps, or tokens - 1)."""
+    """One request's decode time and units (verify steps with drafts, or tokens - 1); at
+    K > 0 also its steps without drafts and the time and count of its steps that emitted
+    two or more tokens (drafted, some accepted)."""
 
     decode_s: float
     units: int
+    undrafted: int = 0
+    multi_s: float = 0.0
+    multi: int = 0
 
 
 def decode_timing(first_token_ts: float, last_token_ts: float, units: int) -> Timing:
     """A request's decode time (e2e - TTFT = last - first token time) over ``units``."""
     return Timing(last_token_ts - first_token_ts, units)
+
+
+def step_timing(stream: Sequence[tuple[float, int]], drafted: int) -> Timing:
+    """A speculative request's timing from its streamed ``(timestamp, tokens so far)``, one
+    per engine step from the first token on, and its verify steps with drafts (vLLM's
+    ``num_drafts``): the other engine steps had no drafts (prompt lookup found no match)."""
+    times = [t for t, _ in stream]
+    emitted = [b - a for (_, a), (_, b) in pairwise(stream)]
+    durations = [b - a for a, b in pairwise(times)]
+    multi = [d for d, e in zip(durations, emitted, strict=True) if e > 1]
+    return Timing(
+        decode_s=times[-1] - times[0],
+        units=drafted,
+        undrafted=max(len(durations) - drafted, 0),
+        multi_s=sum(multi),
+        multi=len(multi),
+    )
 
 
 def token_units(output_tokens: int) -> int:
@@ -71,16 +100,39 @@ def per_unit_s(timings: Iterable[Timing]) -> float | None:
     return sum(t.decode_s for t in timings) / units if units else None
 
 
+def step_costs(timings: Iterable[Timing]) -> tuple[float | None, float | None]:
+    """Pooled seconds per verify step with drafts and per engine step without.
+
+    With no undrafted step (a draft model drafts at every step) the first is decode time /
+    verify steps. Otherwise a verify step is priced by the steps that emitted two or more
+    tokens (drafted: what a step costs does not depend on how many drafts pass) and the
+    undrafted steps get the rest of the decode time; None where the data cannot tell.
+    """
+    timings = list(timings)
+    undrafted = sum(t.undrafted for t in timings)
+    if not undrafted:
+        return per_unit_s(timings), None
+    multi = sum(t.multi for t in timings)
+    if not multi:
+        return None, None
+    drafted_s = sum(t.multi_s for t in timings) / multi
+    rest = sum(t.decode_s for t in timings) - drafted_s * sum(t.units for t in timings)
+    return drafted_s, rest / undrafted
+
+
 @dataclass(frozen=True)
 class Measurement:
-    """One engine spec at one concurrency: seconds per target token (K = 0) or per verify
-    step (K > 0), pooled over ``requests``."""
+    """One engine spec at one concurrency, pooled over ``requests``: seconds per target
+    token (K = 0) or per verify step with drafts (K > 0, ``units`` of them), and per engine
+    step without drafts (``undrafted`` of them; None when there were none)."""
 
     concurrency: int
     requests: int
     decode_s: float
     units: int
     per_unit_s: float | None
+    undrafted: int = 0
+    undrafted_step_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -110,7 +162,7 @@ def model_identity(name: str) -> str:
 def identity(entry: Entry) -> dict[str, Any]:
     """Everything the cached numbers depend on: engine arguments, models, settings."""
     spec = entry.spec
-    return {
+    ident = {
         "llm_kwargs": spec.llm_kwargs(),
         "env": spec.env(),
         "models": {m: model_identity(m) for m in (spec.target, spec.draft) if m},
@@ -118,6 +170,9 @@ def identity(entry: Entry) -> dict[str, Any]:
         "output_tokens": OUTPUT_TOKENS,
         "requests_per_slot": REQUESTS_PER_SLOT,
     }
+    if entry.k > 0 and spec.draft is None:  # earlier files charged these steps to verify
+        ident["undrafted_steps"] = UNDRAFTED_STEPS
+    return ident
 
 
 def cache_key(entry: Entry) -> str:
@@ -156,33 +211,66 @@ def prompts(tokenizer: Any, n: int) -> list[list[int]]:
     return [ids[i : i + PROMPT_TOKENS] for i in range(n)]
 
 
+def sampling_params() -> Any:
+    """Greedy, :data:`OUTPUT_TOKENS` tokens past any end of sequence, one output per step."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        temperature=0.0,
+        max_tokens=OUTPUT_TOKENS,
+        ignore_eos=True,
+        output_kind=RequestOutputKind.CUMULATIVE,
+    )
+
+
 def measure(llm: Any, tokenizer: Any, k: int, concurrency: int) -> Measurement:
     """Time :data:`REQUESTS_PER_SLOT` x ``concurrency`` fixed-length requests on a live engine."""
-    from vllm import SamplingParams
-
     from harness.runner import generate
 
-    params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
+    streams: dict[str, list[tuple[float, int]]] = {}
     timings: list[Timing] = []
+
+    def on_step(output: Any) -> None:
+        tokens = len(output.outputs[0].token_ids)
+        streams.setdefault(output.request_id, []).append((output.metrics.last_token_ts, tokens))
 
     def on_output(_: int, output: Any) -> None:
         completion, stats = output.outputs[0], output.metrics
         spec = completion.spec_decode_metrics
         if k > 0:
-            units = metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens).num_steps
+            drafted = metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens)
+            timings.append(step_timing(streams.pop(output.request_id), drafted.num_steps))
         else:
             units = token_units(len(completion.token_ids))
-        timings.append(decode_timing(stats.first_token_ts, stats.last_token_ts, units))
+            timings.append(decode_timing(stats.first_token_ts, stats.last_token_ts, units))
 
     n = REQUESTS_PER_SLOT * concurrency
-    generate(llm, prompts(tokenizer, n), params, concurrency, on_output)
+    generate(llm, prompts(tokenizer, n), sampling_params(), concurrency, on_output, on_step)
+    drafted_s, undrafted_s = step_costs(timings)
     return Measurement(
         concurrency=concurrency,
         requests=len(timings),
         decode_s=sum(t.decode_s for t in timings),
         units=sum(t.units for t in timings),
-        per_unit_s=per_unit_s(timings),
+        per_unit_s=drafted_s,
+        undrafted=sum(t.undrafted for t in timings),
+        undrafted_step_s=undrafted_s,
     )
+
+
+def describe(m: Measurement, k: int) -> str:
+    """The measured costs in words (ms per token, or per verify step and undrafted step)."""
+
+    def ms(seconds: float | None) -> str:
+        return "unknown" if seconds is None else f"{seconds * 1000:.2f} ms"
+
+    if not k:
+        return f"{ms(m.per_unit_s)} per token"
+    text = f"{ms(m.per_unit_s)} per verify step ({m.units} steps)"
+    if m.undrafted:
+        text += f", {ms(m.undrafted_step_s)} per step without drafts ({m.undrafted} steps)"
+    return text
 
 
 def read(path: Path) -> dict[str, Any] | None:
@@ -211,10 +299,10 @@ def calibrate(
         llm = engines.get(entry.spec)[0].llm
     tokenizer = load_tokenizer(entry.spec.target)
     for concurrency in todo:
-        done[concurrency] = asdict(measure(llm, tokenizer, entry.k, concurrency))
+        measured = measure(llm, tokenizer, entry.k, concurrency)
+        done[concurrency] = asdict(measured)
         print(f"calibration {entry.target} draft={entry.draft} K={entry.k} "
-              f"concurrency={concurrency}: {done[concurrency]['per_unit_s'] * 1000:.2f} ms per "
-              f"{'verify step' if entry.k else 'token'}")  # fmt: skip
+              f"concurrency={concurrency}: {describe(measured, entry.k)}")  # fmt: skip
     record = {
         "target": entry.target,
         "draft": entry.draft,
@@ -222,7 +310,19 @@ def calibrate(
         "identity": identity(entry),
         "measurements": {str(c): done[c] for c in sorted(done)},
     }
-    return save(path, record)
+    return replace_stale(save(path, record))
+
+
+def replace_stale(path: Path) -> Path:
+    """Delete the other calibration files of ``path``'s target, draft and K (measured
+    before the models were rebuilt or the engine changed): a report reads every file."""
+    record = read(path)
+    about = (record["target"], record["draft"], record["k"])
+    for other in path.parent.glob("*.json"):
+        old = read(other) if other != path else None
+        if old is not None and (old["target"], old["draft"], old["k"]) == about:
+            other.unlink()
+    return path
 
 
 def on_live_engine(cfg: Any, llm: Any) -> None:
@@ -240,14 +340,16 @@ def save(path: Path, record: dict[str, Any]) -> Path:
 
 def table(sweep_dir: Path) -> list[dict[str, Any]]:
     """One row per cached (engine spec, concurrency) of a sweep: target, draft, k,
-    concurrency, per_unit_s (seconds per token at K = 0, per verify step at K > 0)."""
+    concurrency, per_unit_s (seconds per token at K = 0, per verify step with drafts at
+    K > 0), undrafted_step_s (per engine step without drafts; None when none ran)."""
     rows = []
     for path in sorted((sweep_dir / CALIBRATION).glob("*.json")):
         record = read(path)
         for c, m in (record or {}).get("measurements", {}).items():
             rows.append({"target": record["target"], "draft": record["draft"],
                          "k": record["k"], "concurrency": int(c),
-                         "per_unit_s": m["per_unit_s"]})  # fmt: skip
+                         "per_unit_s": m["per_unit_s"],
+                         "undrafted_step_s": m.get("undrafted_step_s")})  # fmt: skip
     return rows
 
 

@@ -11,6 +11,7 @@ the same tokens.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,19 +133,27 @@ def generate(
     params: Any,
     concurrency: int,
     on_output: Callable[[int, Any], None],
+    on_step: Callable[[Any], None] | None = None,
 ) -> None:
     """Generate every prompt, keeping ``concurrency`` requests in flight.
 
-    Calls ``on_output(index, RequestOutput)`` as each request finishes.
+    Calls ``on_step(RequestOutput)`` for every output of every engine step (``params``
+    chooses cumulative or delta outputs), then ``on_output(index, RequestOutput)`` as each
+    request finishes.
     """
     pending = iter(enumerate(prompts))
     in_flight: dict[str, int] = {}
 
     def submit() -> None:
         item = next(pending, None)
-        if item is not None:
-            (request_id,) = llm.enqueue({"prompt_token_ids": list(item[1])}, params, use_tqdm=False)
-            in_flight[request_id] = item[0]
+        if item is None:
+            return
+        prompt = {"prompt_token_ids": list(item[1])}
+        if on_step is None:
+            (request_id,) = llm.enqueue(prompt, params, use_tqdm=False)
+        else:  # LLM.enqueue makes a request final-output-only; the engine streams each step
+            request_id = llm.llm_engine.add_request(uuid.uuid4().hex, prompt, params)
+        in_flight[request_id] = item[0]
 
     def finished(output_id: str) -> int:
         # enqueue() returns vLLM's internal id "<id>-<random suffix>"; outputs carry "<id>".
@@ -155,6 +164,8 @@ def generate(
         submit()
     while in_flight:
         for output in llm.llm_engine.step():
+            if on_step is not None:
+                on_step(output)
             if output.finished:
                 on_output(finished(output.request_id), output)
                 submit()

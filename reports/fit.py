@@ -5,13 +5,18 @@ Per K > 0 group (:func:`with_predictions`, columns added to the aggregates):
 
 - E: tokens per verify step from the group's conditional per-position acceptance (no
   flatness assumed) over the group's own output lengths
-  (:func:`reports.theory.tokens_per_step`: the last step of a short answer is cut at its
+  (:func:`reports.theory.decode_steps`: the last step of a short answer is cut at its
   end; TPOT is a mean over requests).
 - T_target: the K = 0 baseline's mean TPOT; T_step: the calibrated seconds per verify
   step of the group's engine spec at its concurrency (``harness.calibrate``), never the
   group's own timing. ``speedup_tpot_predicted`` = E x T_target / T_step.
+- Steps without drafts (prompt lookup that found no match; none for a draft model): the
+  group's requests give how many (decode tokens - verify steps - accepted tokens), each
+  emits one token and costs the calibrated time of such a step in the group's engine, or
+  the target's calibrated time per token when the calibration had none.
 - ``speedup_tpot_predicted_simple`` = E / (K c + 1) with c = T_draft / T_target, both
-  calibrated per token at K = 0 (the draft run as a target).
+  calibrated per token at K = 0 (the draft run as a target); steps without drafts cost
+  one target token.
 - ``acceptance_preflight``, ``mean_acceptance_length_preflight``: the estimate from the
   K = 0 baseline's outputs (``harness.preflight``) pooled over its runs;
   ``speedup_tpot_preflight`` takes E from the replayed steps of each request (exact
@@ -49,16 +54,16 @@ WITHIN = 0.10  # the model check: |measured / predicted - 1| <= WITHIN
 
 def calibration(runs: pd.DataFrame) -> pd.DataFrame:
     """The calibration files of the runs' sweeps: sweep_id, target, draft, k, concurrency,
-    per_unit_s (s per token at K = 0, per verify step at K > 0)."""
+    per_unit_s (s per token at K = 0, per verify step at K > 0), undrafted_step_s."""
     from harness import calibrate
 
-    cols = ["sweep_id", "target", "draft", "k", "concurrency", "per_unit_s"]
+    cols = ["sweep_id", "target", "draft", "k", "concurrency", "per_unit_s", "undrafted_step_s"]
     if runs.empty:
         return pd.DataFrame(columns=cols)
     sweeps = runs.groupby("sweep_id")["path"].first()
     rows = [{"sweep_id": sweep, **row} for sweep, path in sweeps.items()
             for row in calibrate.table(Path(path).parent)]  # fmt: skip
-    cal = pd.DataFrame(rows, columns=cols)
+    cal = pd.DataFrame(rows, columns=cols).astype({"per_unit_s": float, "undrafted_step_s": float})
     return cal.assign(draft=cal["draft"].fillna(load.NO_DRAFT))
 
 
@@ -78,23 +83,27 @@ def preflights(runs: pd.DataFrame) -> pd.DataFrame:
                 rows.append({**base, "draft": draft, "k": int(k), **counts, **extra})
     if not rows:
         return pd.DataFrame(columns=[*keys, "acceptance_preflight",
-                                     "mean_acceptance_length_preflight", "_e_preflight"])  # fmt: skip
+                                     "mean_acceptance_length_preflight", "_steps_preflight"])  # fmt: skip
     pooled = pd.DataFrame(rows).groupby(keys, dropna=False)[sums].sum().reset_index()
     pooled["acceptance_preflight"] = pooled["num_accepted_tokens"] / pooled["num_draft_tokens"]
     pooled["mean_acceptance_length_preflight"] = (
         1 + pooled["num_accepted_tokens"] / pooled["num_drafts"]
     )
-    # E for the mean TPOT from the replayed steps (files without ``agree``: the pooled E)
-    e = pooled["_n"] / pooled["_steps_per_token"].where(pooled["_n"] > 0)
-    pooled["_e_preflight"] = e.fillna(pooled["mean_acceptance_length_preflight"])
+    # verify steps per token for the mean TPOT from the replayed steps (files without
+    # ``agree``: 1 / the pooled E)
+    steps = pooled["_steps_per_token"] / pooled["_n"].where(pooled["_n"] > 0)
+    pooled["_steps_preflight"] = steps.fillna(1 / pooled["mean_acceptance_length_preflight"])
     return pooled.drop(columns=sums)
 
 
-def _decode_tokens(requests: pd.DataFrame) -> pd.Series:
-    """Per group: the decode tokens (output tokens - 1) of the answered requests with a TPOT."""
+def _decode(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per group: the decode tokens (output tokens - 1) and the steps without drafts of the
+    answered requests with a TPOT, as lists."""
     done = aggregate.answered(requests).dropna(subset=["tpot_s"])
     tokens = done["output_tokens"].astype(int) - 1
-    return tokens.groupby([done[c] for c in aggregate.GROUP], dropna=False).agg(list)
+    drafted = done["num_spec_steps"].fillna(0) + done["num_accepted_tokens"].fillna(0)
+    frame = pd.DataFrame({"_tokens": tokens, "_undrafted": (tokens - drafted).clip(lower=0)})
+    return frame.groupby([done[c] for c in aggregate.GROUP], dropna=False).agg(list)
 
 
 def with_predictions(
@@ -106,25 +115,31 @@ def with_predictions(
         return table.assign(**{c: pd.Series(dtype=float) for c in PREDICTED})
     group = list(aggregate.GROUP)
     rates = positions.sort_values("position").groupby(group, dropna=False)["acceptance"]
-    e = (
+    steps = (
         rates.agg(list)
         .rename("_rates")
         .reset_index()
-        .merge(_decode_tokens(requests).rename("_tokens").reset_index(), on=group, how="left")
+        .merge(_decode(requests).reset_index(), on=group, how="left")
     )
-    e["_e"] = [theory.tokens_per_step(r, t if isinstance(t, list) else [])
-               for r, t in zip(e["_rates"], e["_tokens"], strict=True)]  # fmt: skip
-    e = e[[*group, "_e"]]
+    per_token = [
+        theory.decode_steps(r, t, u) if isinstance(t, list) else (np.nan, np.nan)
+        for r, t, u in zip(steps["_rates"], steps["_tokens"], steps["_undrafted"], strict=True)
+    ]
+    steps[["_steps", "_undrafted"]] = per_token if per_token else np.empty((0, 2))
+    steps = steps[[*group, "_steps", "_undrafted"]]
     base = table.loc[table["k"] == 0, [*aggregate.BASELINE, "tpot_s"]]
     base = base.groupby(list(aggregate.BASELINE), dropna=False)["tpot_s"].mean()
     cal = calibration(runs)
     at = ["sweep_id", "target", "concurrency"]
     plain = cal[cal["k"] == 0].groupby(at)["per_unit_s"].mean()
-    step = cal[cal["k"] > 0].groupby([*at, "draft", "k"])["per_unit_s"].mean()
+    spec_cal = cal[cal["k"] > 0].groupby([*at, "draft", "k"])
     out = (
-        table.merge(e, on=group, how="left")
+        table.merge(steps, on=group, how="left")
         .merge(base.rename("t_target_s").reset_index(), on=list(aggregate.BASELINE), how="left")
-        .merge(step.rename("t_step_s").reset_index(), on=[*at, "draft", "k"], how="left")
+        .merge(spec_cal["per_unit_s"].mean().rename("t_step_s").reset_index(),
+               on=[*at, "draft", "k"], how="left")
+        .merge(spec_cal["undrafted_step_s"].mean().rename("_t_undrafted").reset_index(),
+               on=[*at, "draft", "k"], how="left")
         .merge(plain.rename("_t_plain").reset_index(), on=at, how="left")
         .merge(plain.rename("_t_draft").reset_index().rename(columns={"target": "draft"}),
                on=["sweep_id", "draft", "concurrency"], how="left")
@@ -132,13 +147,17 @@ def with_predictions(
     )  # fmt: skip
     spec = out["k"] > 0
     out.loc[~spec, "t_target_s"] = np.nan
-    out["c"] = out.pop("_t_draft") / out.pop("_t_plain")
+    out["c"] = out.pop("_t_draft") / out["_t_plain"]
+    steps, undrafted = out.pop("_steps"), out.pop("_undrafted")
+    t_undrafted = out.pop("_t_undrafted").fillna(out.pop("_t_plain"))
     out["speedup_tpot_predicted"] = theory.speedup_from_costs(
-        out["_e"], out["t_target_s"], out["t_step_s"]
+        steps, out["t_target_s"], out["t_step_s"], undrafted, t_undrafted
     )
-    out["speedup_tpot_predicted_simple"] = out.pop("_e") / (out["k"] * out["c"] + 1.0)
+    out["speedup_tpot_predicted_simple"] = theory.speedup_from_costs(
+        steps, 1.0, out["k"] * out["c"] + 1.0, undrafted, 1.0
+    )
     out["speedup_tpot_preflight"] = theory.speedup_from_costs(
-        out.pop("_e_preflight"), out["t_target_s"], out["t_step_s"]
+        out.pop("_steps_preflight"), out["t_target_s"], out["t_step_s"]
     )
     out.loc[~spec, list(PREDICTED)] = np.nan
     return out

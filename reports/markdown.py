@@ -167,7 +167,8 @@ DEFINITIONS = """\
   simple model speedup = E / (K c + 1), c = draft / target time per token (measured).
 - cost model: predicted TPOT speedup = E x T_target / T_step(K); E = 1 + sum_i prod_(j<=i)
   a_j from the row's per-position acceptance, T_target the K = 0 baseline's TPOT, T_step(K)
-  the calibrated time of one verify step (`python -m harness.calibrate`).
+  the calibrated time of one verify step (`python -m harness.calibrate`); ngram's steps
+  without drafts (no lookup match) each emit one token at their own calibrated time.
 - pre-flight = acceptance predicted from the K = 0 run's outputs (`python -m harness.preflight`).
 - ITL (aggregates.csv) = inter-token latency; the records carry no per-token times, so a
   request's gaps are taken equal to its TPOT: mean ITL = decode time / gaps over all
@@ -343,7 +344,8 @@ def report(
         "",
         "Cost model: predicted TPOT speedup = E x T_target / T_step(K), E from the row's "
         "per-position acceptance, T_target from the K = 0 baseline, T_step(K) from the "
-        "calibration (never from the row's own timing); beside it the simple model "
+        "calibration (never from the row's own timing), ngram's steps without drafts at "
+        "their own calibrated time; beside it the simple model "
         "E/(Kc+1) with c = T_draft / T_target measured. Pre-flight: acceptance predicted "
         "from the K = 0 outputs, before any K > 0 run.",
         "",

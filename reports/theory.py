@@ -16,9 +16,10 @@ forwards + one target forward" (fixed per-step overhead, verifying K + 1 tokens,
 rollback), so the step's time T_step(K) is measured (``harness.calibrate``) and
 predicted speedup = E x T_target / T_step(K) (:func:`speedup_from_costs`), with E from
 the per-position conditional acceptance (:func:`expected_tokens_from_rates`) over the
-requests' own output lengths (:func:`tokens_per_step`: a short answer's last step is
-cut at its end, and TPOT is a mean over requests). The simple model above keeps
-c = T_draft / T_target, both measured.
+requests' own output lengths (:func:`decode_steps`: a short answer's last step is cut at
+its end, and TPOT is a mean over requests). A model-free proposer drafts only where it
+finds a match; its steps without drafts cost their own calibrated time and emit one
+token. The simple model above keeps c = T_draft / T_target, both measured.
 
 Estimating a from the per-position acceptance counts: :func:`alpha_mle`.
 
@@ -124,21 +125,37 @@ def steps_to_emit(rates: ArrayLike, max_tokens: int) -> np.ndarray:
     return steps
 
 
-def tokens_per_step(rates: ArrayLike, tokens: ArrayLike) -> float:
-    """E for a mean TPOT over requests of ``tokens`` decode tokens each (output tokens - 1,
-    TPOT's denominator): TPOT_i = T_step steps(m_i) / m_i, so the mean TPOT is T_step over
-    1 / mean_i(steps(m_i) / m_i). Equals :func:`expected_tokens_from_rates` for long
-    outputs; NaN without a request of one decode token or more."""
+def decode_steps(
+    rates: ArrayLike, tokens: ArrayLike, undrafted: ArrayLike | None = None
+) -> tuple[float, float]:
+    """Verify steps and steps without drafts per decode token, each a mean over requests
+    (TPOT is a mean over requests) of ``tokens`` decode tokens (output tokens - 1),
+    ``undrafted`` of them emitted one a step without drafts (prompt lookup that found no
+    match; none for a draft model): TPOT_i = (T_step steps(m_i - u_i) + T_u u_i) / m_i.
+    Without undrafted steps the first is 1 / E for long outputs. NaN without a request of
+    one decode token or more."""
     m = np.asarray(tokens, int)
-    m = m[m > 0]
-    if not len(m):
-        return float("nan")
-    return float(1.0 / np.mean(steps_to_emit(rates, int(m.max()))[m] / m))
+    u = np.zeros_like(m) if undrafted is None else np.asarray(undrafted, int)
+    keep = m > 0
+    if not keep.any():
+        return float("nan"), float("nan")
+    m, u = m[keep], np.minimum(u[keep], m[keep])
+    steps = steps_to_emit(rates, int(m.max()))
+    return float(np.mean(steps[m - u] / m)), float(np.mean(u / m))
 
 
-def speedup_from_costs(e: ArrayLike, t_target: ArrayLike, t_step: ArrayLike) -> np.ndarray | float:
-    """Predicted TPOT speedup E x T_target / T_step: E tokens per step of T_step seconds
-    against one token per T_target seconds of plain decoding."""
+def speedup_from_costs(
+    steps: ArrayLike,
+    t_target: ArrayLike,
+    t_step: ArrayLike,
+    undrafted: ArrayLike = 0.0,
+    t_undrafted: ArrayLike = 0.0,
+) -> np.ndarray | float:
+    """Predicted TPOT speedup: T_target over the predicted time per token, ``steps`` verify
+    steps of T_step plus ``undrafted`` steps without drafts of ``t_undrafted`` per token
+    (:func:`decode_steps`). Without undrafted steps: E x T_target / T_step."""
+    undrafted = np.asarray(undrafted, float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _out(np.asarray(np.asarray(e, float) * np.asarray(t_target, float)
-                               / np.asarray(t_step, float)))  # fmt: skip
+        rest = np.where(undrafted > 0, undrafted * np.asarray(t_undrafted, float), 0.0)
+        tpot = np.asarray(steps, float) * np.asarray(t_step, float) + rest
+        return _out(np.asarray(np.asarray(t_target, float) / tpot))

@@ -27,6 +27,38 @@ def test_no_units_have_no_time():
     assert per_unit_s([decode_timing(1.0, 1.0, 0)]) is None
 
 
+def _stream(steps: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """(timestamp, tokens so far) after the first token at 0 s and each (seconds, emitted)."""
+    stream = [(0.0, 1)]
+    for seconds, emitted in steps:
+        stream.append((stream[-1][0] + seconds, stream[-1][1] + emitted))
+    return stream
+
+
+def test_prompt_lookup_steps_without_drafts_are_priced_apart_from_verify_steps():
+    # verify steps take 9 ms whatever they accept (3, 1 and 2 tokens), steps without a
+    # match 4 ms; vLLM reports only the 3 verify steps
+    verify, plain = 0.009, 0.004
+    steps = [(verify, 3), (plain, 1), (verify, 1), (plain, 1), (verify, 2)]
+    timing = calibrate.step_timing(_stream(steps), drafted=3)
+    assert (timing.units, timing.undrafted, timing.multi) == (3, 2, 2)
+    assert timing.decode_s == pytest.approx(3 * verify + 2 * plain)
+    assert calibrate.step_costs([timing]) == pytest.approx((verify, plain))
+    # the old pooled figure, decode time / verify steps, charges the plain steps to them
+    assert per_unit_s([timing]) == pytest.approx(verify + 2 * plain / 3)
+
+
+def test_a_draft_model_drafts_every_step_so_all_steps_price_a_verify_step():
+    timing = calibrate.step_timing(_stream([(0.010, 1), (0.012, 4), (0.011, 2)]), drafted=3)
+    assert timing.undrafted == 0
+    assert calibrate.step_costs([timing]) == (pytest.approx(0.011), None)
+
+
+def test_steps_without_drafts_and_nothing_accepted_leave_the_verify_step_unknown():
+    timing = calibrate.step_timing(_stream([(0.009, 1), (0.004, 1)]), drafted=1)
+    assert calibrate.step_costs([timing]) == (None, None)
+
+
 def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
     from harness.engine import EngineSpec
 
@@ -43,3 +75,22 @@ def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
     assert calibrate.cache_key(calibrate.Entry("m", None, 0, other)) != key
     (model / "manifest.json").write_text('{"steps": 2}')  # retrained
     assert calibrate.cache_key(entry) != key
+
+
+def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):
+    def record(target, draft, k, seconds):
+        m = {"concurrency": 1, "requests": 3, "decode_s": 1.0, "units": 1, "per_unit_s": seconds}
+        return {"target": target, "draft": draft, "k": k, "identity": {},
+                "measurements": {"1": m}}  # fmt: skip
+
+    out = tmp_path / calibrate.CALIBRATION
+    calibrate.save(out / "old.json", record("t", "ngram", 3, 0.5))  # before a rebuild
+    calibrate.save(out / "plain.json", record("t", None, 0, 0.1))
+    calibrate.save(out / "other_k.json", record("t", "ngram", 1, 0.2))
+    calibrate.replace_stale(calibrate.save(out / "new.json", record("t", "ngram", 3, 0.3)))
+    assert sorted(p.name for p in out.iterdir()) == ["new.json", "other_k.json", "plain.json"]
+    assert {(r["k"], r["per_unit_s"]) for r in calibrate.table(tmp_path)} == {
+        (3, 0.3),
+        (0, 0.1),
+        (1, 0.2),
+    }

@@ -10,8 +10,9 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from harness import calibrate, metrics, results
 from harness import engine as engines
-from harness import metrics, results
+from harness.checks import load_tokenizer
 from harness.config import compose_config
 from harness.engine import EngineSpec
 from harness.job import run_job
@@ -127,3 +128,25 @@ def test_generate_keeps_the_requested_number_of_requests_in_flight(overrides, co
     first_finish = min(end for _, end in spans.values())
     all_overlap = last_arrival < first_finish
     assert all_overlap == (concurrency == 3)
+
+
+def test_calibration_sees_every_engine_step_of_a_request(overrides):
+    job = prepare(compose_config([*overrides, "variant=cot_sd", "spec.k=1"]))
+    engine, _ = engines.get(job.spec)
+    steps: dict[str, int] = {}
+    drafted: dict[str, int] = {}
+
+    def on_step(output):
+        steps[output.request_id] = steps.get(output.request_id, 0) + 1
+
+    def on_output(_, output):
+        spec = output.outputs[0].spec_decode_metrics
+        drafted[output.request_id] = sum(spec.histogram)
+
+    prompts = [r.prompt_token_ids for r in job.requests]
+    generate(engine.llm, prompts, calibrate.sampling_params(), 1, on_output, on_step)
+    # one output for the first token, then one per verify step: a draft model drafts at
+    # every step, so vLLM's verify steps are all the others
+    assert len(steps) == 3 and {r: n - 1 for r, n in steps.items()} == drafted
+    measured = calibrate.measure(engine.llm, load_tokenizer(job.spec.target), 1, 1)
+    assert measured.undrafted == 0 and measured.units > 0 and measured.per_unit_s > 0

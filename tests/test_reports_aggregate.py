@@ -143,6 +143,43 @@ def test_cost_model_predicts_from_calibrated_step_times_and_finds_the_best_k(tmp
     assert t.model_check.startswith("cost model: 2 of 2 K > 0 rows within 10%")
 
 
+@pytest.mark.parametrize("calibrated_plain_steps", [True, False])
+def test_prompt_lookup_steps_without_drafts_cost_their_own_time(tmp_path, calibrated_plain_steps):
+    from harness import calibrate
+
+    lookup = run_fixtures.Variant("cot_ngram", "cot", "ngram", "cot", 0.70, 200)
+    base = run_fixtures.Job("f", V["cot"], "synth_easy", "easy", 0, n_problems=20)
+    job = run_fixtures.Job("f", lookup, "synth_easy", "easy", 3, n_problems=20)
+    run_fixtures.write_job(tmp_path, base)
+    # 41 decode tokens a request: 5 verify steps accept all 3 drafts (20 tokens), and the
+    # other 21 tokens come one a step from steps whose lookup found no match
+    ids = [tuple(range(i, i + 42)) for i in range(20)]
+    recs = run_fixtures.with_columns(
+        run_fixtures.records(job), output_tokens=[42] * 20, output_token_ids=ids,
+        num_spec_steps=[5] * 20, num_draft_tokens=[15] * 20, num_accepted_tokens=[15] * 20,
+        acceptance_histogram=[(0, 0, 0, 5)] * 20,
+    )  # fmt: skip
+    run_fixtures.write_job(tmp_path, job, recs)
+    t_verify, t_lookup_miss, t_plain = 0.009, 0.004, 0.0035
+
+    def save(draft, k, seconds, undrafted_s=None):
+        m = {"concurrency": 1, "requests": 3, "decode_s": 1.0, "units": 1,
+             "per_unit_s": seconds, "undrafted": 1, "undrafted_step_s": undrafted_s}  # fmt: skip
+        record = {"target": lookup.target_model, "draft": draft, "k": k, "identity": {},
+                  "measurements": {"1": m}}  # fmt: skip
+        calibrate.save(tmp_path / "f" / calibrate.CALIBRATION / f"{k}.json", record)
+
+    save(None, 0, t_plain)
+    save(lookup.draft_model, 3, t_verify, t_lookup_miss if calibrated_plain_steps else None)
+    row = tables.build_tables(load.load(tmp_path), n_boot=50).table.set_index("k").loc[3]
+    # without a calibrated step of its own, a step without drafts costs a target token
+    miss = t_lookup_miss if calibrated_plain_steps else t_plain
+    expected = row["t_target_s"] * 41 / (5 * t_verify + 21 * miss)
+    assert row["speedup_tpot_predicted"] == pytest.approx(expected)
+    # the verify steps alone would give E x T_target / T_step with E = 4
+    assert row["speedup_tpot_predicted"] < 4 * row["t_target_s"] / t_verify
+
+
 def test_without_calibration_the_predictions_are_missing(tmp_path):
     for k in (0, 1):
         variant = V["cot"] if k == 0 else V["cot_sd"]

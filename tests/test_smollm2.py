@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from harness import calibrate, results
 from harness import engine as engines
-from harness import results
 from harness.config import compose_config
 from harness.job import run_job
 from train.gguf import SMOLLM2, convert
@@ -73,3 +73,12 @@ def test_ngram_speculation_on_smollm2_reproduces_plain_decoding(overrides):
         assert row["output_token_ids"] == baseline[problem_id]["output_token_ids"]
         assert (row["draft"], row["k"]) == ("ngram", 2)
     assert summary.spec is not None
+    # the job calibrated its engine: prompt lookup's steps without a match timed apart
+    records = [
+        calibrate.read(p) for p in (results.sweep_dir(ngram) / calibrate.CALIBRATION).glob("*.json")
+    ]
+    (lookup,) = [r for r in records if r["draft"] == "ngram"]
+    assert lookup["identity"]["undrafted_steps"] == calibrate.UNDRAFTED_STEPS
+    (measured,) = lookup["measurements"].values()
+    assert measured["units"] > 0 and measured["undrafted"] > 0
+    assert measured["per_unit_s"] > 0 and measured["undrafted_step_s"] > 0

@@ -88,13 +88,30 @@ def test_per_position_rates_give_tokens_per_step():
 
 def test_speedup_from_costs_is_tokens_per_step_times_target_time_over_step_time():
     # 2.5 tokens per 6 ms step against 3 ms per token: 1.25x
-    assert theory.speedup_from_costs(2.5, 0.003, 0.006) == pytest.approx(1.25)
+    assert theory.speedup_from_costs(1 / 2.5, 0.003, 0.006) == pytest.approx(1.25)
     # a step costing K c + 1 target tokens gives back the simple model
     a, k, c, t = 0.75, 3, 0.12, 0.01
     e = theory.expected_tokens(a, k)
-    assert theory.speedup_from_costs(e, t, t * (k * c + 1)) == pytest.approx(
+    assert theory.speedup_from_costs(1 / e, t, t * (k * c + 1)) == pytest.approx(
         theory.predicted_speedup(a, k, c)
     )
+    # no undrafted steps: their cost, even unknown, does not enter
+    assert theory.speedup_from_costs(1 / 2.5, 0.003, 0.006, 0.0, np.nan) == pytest.approx(1.25)
+
+
+def test_steps_without_drafts_emit_one_token_at_their_own_cost():
+    # prompt lookup drafted for 60 of 100 decode tokens, every draft accepted at K = 2
+    # (three tokens a verify step: 20 steps), and found no match for the other 40
+    steps, undrafted = theory.decode_steps([1.0, 1.0], [100], [40])
+    assert (steps, undrafted) == pytest.approx((20 / 100, 40 / 100))
+    # 20 verify steps of 9 ms and 40 plain steps of 4 ms against 100 tokens of 4 ms
+    expected = 100 * 0.004 / (20 * 0.009 + 40 * 0.004)
+    assert theory.speedup_from_costs(steps, 0.004, 0.009, undrafted, 0.004) == pytest.approx(
+        expected
+    )
+    # a request that never drafted decodes as plain decoding does
+    steps, undrafted = theory.decode_steps([0.7, 0.5], [30], [30])
+    assert theory.speedup_from_costs(steps, 0.004, 0.009, undrafted, 0.004) == pytest.approx(1)
 
 
 def test_a_short_output_pays_for_a_whole_last_step():
@@ -104,8 +121,8 @@ def test_a_short_output_pays_for_a_whole_last_step():
     assert theory.steps_to_emit([0.0, 0.0], 4).tolist() == [0, 1, 2, 3, 4]
     # long outputs reach E; a 16-token answer at a = 0.8, K = 5 gets about 10% less
     e = theory.expected_tokens(0.8, 5)
-    assert theory.tokens_per_step([0.8] * 5, [20_000]) == pytest.approx(e, rel=1e-3)
-    assert theory.tokens_per_step([0.8] * 5, [16]) == pytest.approx(0.895 * e, rel=1e-3)
-    # TPOT is a mean over requests: 1 / mean(steps / tokens), not pooled tokens / steps
-    assert theory.tokens_per_step([1.0], [2, 3]) == pytest.approx(1 / ((1 / 2 + 2 / 3) / 2))
-    assert np.isnan(theory.tokens_per_step([0.5], [0]))
+    assert 1 / theory.decode_steps([0.8] * 5, [20_000])[0] == pytest.approx(e, rel=1e-3)
+    assert 1 / theory.decode_steps([0.8] * 5, [16])[0] == pytest.approx(0.895 * e, rel=1e-3)
+    # TPOT is a mean over requests: mean(steps / tokens), not pooled steps / tokens
+    assert theory.decode_steps([1.0], [2, 3]) == pytest.approx(((1 / 2 + 2 / 3) / 2, 0))
+    assert np.isnan(theory.decode_steps([0.5], [0])[0])
