@@ -246,7 +246,8 @@ def measure(llm: Any, tokenizer: Any, k: int, concurrency: int) -> Measurement:
             timings.append(decode_timing(stats.first_token_ts, stats.last_token_ts, units))
 
     n = REQUESTS_PER_SLOT * concurrency
-    generate(llm, prompts(tokenizer, n), sampling_params(), concurrency, on_output, on_step)
+    stream = on_step if k > 0 else None  # plain decoding needs only the final outputs
+    generate(llm, prompts(tokenizer, n), sampling_params(), concurrency, on_output, stream)
     drafted_s, undrafted_s = step_costs(timings)
     return Measurement(
         concurrency=concurrency,
@@ -310,13 +311,13 @@ def calibrate(
         "identity": identity(entry),
         "measurements": {str(c): done[c] for c in sorted(done)},
     }
-    return replace_stale(save(path, record))
+    return replace_stale(save(path, record), record)
 
 
-def replace_stale(path: Path) -> Path:
-    """Delete the other calibration files of ``path``'s target, draft and K (measured
-    before the models were rebuilt or the engine changed): a report reads every file."""
-    record = read(path)
+def replace_stale(path: Path, record: dict[str, Any]) -> Path:
+    """Delete the other calibration files of ``record``'s target, draft and K, ``path``
+    its own (measured before the models were rebuilt or the engine changed): a report
+    reads every file."""
     about = (record["target"], record["draft"], record["k"])
     for other in path.parent.glob("*.json"):
         old = read(other) if other != path else None

@@ -87,7 +87,8 @@ def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):
     calibrate.save(out / "old.json", record("t", "ngram", 3, 0.5))  # before a rebuild
     calibrate.save(out / "plain.json", record("t", None, 0, 0.1))
     calibrate.save(out / "other_k.json", record("t", "ngram", 1, 0.2))
-    calibrate.replace_stale(calibrate.save(out / "new.json", record("t", "ngram", 3, 0.3)))
+    new = record("t", "ngram", 3, 0.3)
+    calibrate.replace_stale(calibrate.save(out / "new.json", new), new)
     assert sorted(p.name for p in out.iterdir()) == ["new.json", "other_k.json", "plain.json"]
     assert {(r["k"], r["per_unit_s"]) for r in calibrate.table(tmp_path)} == {
         (3, 0.3),
