@@ -1,7 +1,7 @@
 """Pure metric functions: latency, speculative-decoding acceptance, output hashes.
 
 No I/O and no engine: every function takes plain numbers, lists or vLLM's plain data
-objects and returns numbers. Definitions (also in the README):
+objects and returns numbers. Definitions (all of them: docs/METRICS.md):
 
 - TPOT (s/token) = (e2e - TTFT) / (output tokens - 1), undefined for one-token outputs
   (vLLM ``benchmarks/serve.py``).

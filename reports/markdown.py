@@ -6,7 +6,9 @@ time-dependent is written, so the same runs give the same file.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -147,43 +149,17 @@ SPEC_BENCH_NOTE = (
     "steps), and its speedup is the mean of per-request tokens/s (e2e, prefill included) "
     "over the baseline's mean, where ours divides mean TPOTs (decode only)."
 )
-DEFINITIONS = """\
-- accuracy = correct answers / requests; output tokens = mean tokens per answer.
-- strict / flexible = accuracy by lm-eval's strict-match (`#### N` only; MATH: box,
-  `####` or Final Answer) and flexible-extract (last number; MATH: any stated answer).
-- acceptance rate = accepted draft tokens / proposed draft tokens.
-- mean acceptance length = 1 + accepted / verify steps (tokens per verify step, bonus
-  token included).
-- a = per-token acceptance: accepted / draft positions tried (a position is tried only
-  when every earlier one was accepted), pooled over the variant's K.
-- TPOT = (e2e - TTFT) / (output tokens - 1), mean over requests; one-token answers have none.
-- lossless = share of a greedy K > 0 run's problems whose output equals its K = 0 run's
-  (same target, prompt style, dataset, seed, max_tokens; mean over the group's runs).
-- tok/s (req.) = output tokens / e2e seconds of the requests; tok/s (run) = output tokens
-  / wall seconds of the whole run (system throughput, no CI).
-- speedup = K = 0 baseline of the same target, prompt style, dataset, temperature,
-  concurrency and sweep / this variant (TPOT, e2e; tok/s the other way round).
-- theory (Leviathan et al. 2023): E = (1 - a^(K+1)) / (1 - a) tokens per verify step,
-  simple model speedup = E / (K c + 1), c = draft / target time per token (measured).
-- cost model: predicted TPOT speedup = E x T_target / T_step(K); E = 1 + sum_i prod_(j<=i)
-  a_j from the row's per-position acceptance, T_target the K = 0 baseline's TPOT, T_step(K)
-  the calibrated time of one verify step (`python -m harness.calibrate`); ngram's steps
-  without drafts (no lookup match) each emit one token at their own calibrated time.
-- pre-flight = acceptance predicted from the K = 0 run's outputs (`python -m harness.preflight`).
-- ITL (aggregates.csv) = inter-token latency; the records carry no per-token times, so a
-  request's gaps are taken equal to its TPOT: mean ITL = decode time / gaps over all
-  requests (vLLM's mean ITL), ITL percentiles weigh each request by its gaps. TTFT, TPOT,
-  e2e: p50/p90/p99 over requests in aggregates.csv.
-- truncated = share of answers cut off at max_tokens (finish reason `length`); "cut off,
-  right by fallback" counts truncated answers graded correct by a fallback extractor
-  (last number; MATH: "answer is" / closing), which can flatter long CoTs;
-  `extractor_share_<name>` in aggregates.csv: share of answers each extractor found.
-- missing / failed = problems of the run's problem set (limit, dataset digest) a run has
-  no row for / requests that ended in abort or error; both are left out of every
-  statistic, and comparisons use only the problems both sides answered.
-- intervals: 95% percentile bootstrap over problems ({n_boot} replicates, seed {seed});
-  seeds of one configuration pool.
-"""
+METRICS = Path(__file__).resolve().parent.parent / "docs" / "METRICS.md"  # the definitions
+
+
+def _definitions(out_dir: Path, n_boot: int, seed: int) -> str:
+    """A link to the definitions (relative to the report), and this report's intervals."""
+    link = Path(os.path.relpath(METRICS, out_dir.resolve())).as_posix()
+    return (
+        f"Every column and statistic is defined in [docs/METRICS.md]({link}) of draftbench. "
+        f"Intervals here: 95% percentile bootstrap over problems ({n_boot} replicates, "
+        f"seed {seed})."
+    )
 
 
 def _figures(shown: list[Shown]) -> list[str]:
@@ -318,8 +294,9 @@ def report(
     sweeps: list[str] | None,
     n_boot: int,
     seed: int,
+    out_dir: Path,
 ) -> str:
-    """The text of REPORT.md."""
+    """The text of REPORT.md, written into ``out_dir``."""
     which = ", ".join(sweeps) if sweeps else "all sweeps"
     out = ["# draftbench report", ""]
     if t.table.empty:
@@ -374,7 +351,7 @@ def report(
         *_skipped(t.skipped),
         "## Definitions",
         "",
-        DEFINITIONS.format(n_boot=n_boot, seed=seed),
+        _definitions(out_dir, n_boot, seed),
     ]
     return "\n".join(out)
 

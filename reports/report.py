@@ -42,7 +42,7 @@ def make_report(
         if not df.empty:
             df.to_csv(out / name, index=False, float_format="%.6g")
     path = out / "REPORT.md"
-    path.write_text(markdown.report(computed, shown, str(results_dir), sweeps, n_boot, seed))
+    path.write_text(markdown.report(computed, shown, str(results_dir), sweeps, n_boot, seed, out))
     if computed.model_check:
         print(computed.model_check)
     return path

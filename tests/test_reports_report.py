@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -77,6 +78,10 @@ def test_report_states_tables_hypotheses_environment_and_skips(report):
     assert "synthetic" in text  # the versions table
     for name in ALWAYS:
         assert f"](figures/{name}.png)" in text
+    # the definitions live in one page, linked relative to the report
+    link = re.search(r"defined in \[docs/METRICS.md\]\(([^)]+)\)", text).group(1)
+    definitions = (report.parent / link).read_text()
+    assert "**acceptance rate** = accepted draft tokens / proposed draft tokens" in definitions
 
 
 def test_regenerating_gives_identical_tables(tiny, tmp_path):

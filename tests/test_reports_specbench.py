@@ -58,7 +58,7 @@ def test_spec_bench_table_has_one_row_per_group(requests):
 
 def test_report_shows_both_definitions_side_by_side(requests, tmp_path):
     results = load.load(tmp_path)
-    text = markdown.report(tables.build_tables(results, n_boot=20), [], "r", None, 20, 0)
+    text = markdown.report(tables.build_tables(results, n_boot=20), [], "r", None, 20, 0, tmp_path)
     section = text.split("## Spec-Bench's definitions beside ours")[1].split("\n## ")[0]
     spec_row = next(
         line for line in section.splitlines() if line.startswith("| synth_easy | cot_sd")
