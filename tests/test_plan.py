@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -74,21 +75,25 @@ def test_a_visible_gpu_switches_the_entry_point_to_engine_cuda(tmp_path):
 
 
 def test_plan_of_the_study_prints_engines_memory_and_totals_and_starts_nothing(tmp_path):
-    datasets = "dataset=gsm8k,math_algebra_l12,math_intalg_l34"
-    run = harness(tmp_path, "-m", "experiment=qwen2.5", datasets, "plan=true")
+    run = harness(tmp_path, "-m", "experiment=qwen2.5", "plan=true")
     assert run.returncode == 0, run.stderr[-2000:]
     out = run.stdout
-    assert "plan: 3 job(s) on 1 engine(s)" in out
+    # the study's grid: base, cot, cod at K = 0 and four speculative variants (two draft
+    # models, two prompt lookups) at K = 1, 3, 5, 7, on three datasets
+    assert "plan: 57 job(s) on 19 engine(s)" in out
     assert "model='Qwen/Qwen2.5-14B-Instruct'" in out and "max_model_len=4096" in out
     assert re.search(r"weights 29\.5 .* GB per GPU, 72\.0 GB usable", out)
-    assert out.count("requests all (hub dataset, not loaded), max_tokens 1024") == 3
-    assert "totals: 3 job(s), 1 engine launch(es)" in out
+    assert out.count("requests all (hub dataset, not loaded), max_tokens 1024") == 57
+    for method, k in itertools.product(("draft_model", "ngram"), (1, 3, 5, 7)):
+        speculative = f"'method': '{method}', 'num_speculative_tokens': {k},"
+        assert out.count(speculative) == 2, speculative  # the CoT and the CoD pair
+    assert "totals: 57 job(s), 19 engine launch(es)" in out
     assert not (tmp_path / "results" / "qwen2.5" / "base-gsm8k-k0-c1-s0-t0-nall").exists()
 
 
 def test_plan_that_cannot_fit_exits_2_with_one_line(tmp_path):
     args = ["engine.max_model_len=131072", "concurrency=256", "plan=true"]
-    run = harness(tmp_path, "-m", "experiment=qwen2.5", *args)
+    run = harness(tmp_path, "-m", "experiment=qwen2.5", "variant=base", "spec.k=0", *args)
     assert run.returncode == 2
     assert run.stdout == ""
     (line,) = run.stderr.strip().splitlines()
