@@ -22,7 +22,9 @@ through the real engine. It measures
 Decode time is last token time - first token time (e2e - TTFT); times pool over the
 requests (sum of decode time / sum of steps or tokens). Results are cached as
 ``<results_dir>/<sweep>/.calibration/<key>.json``, the key a digest of the engine's
-arguments, the models' identity and the calibration's own settings; a cached
+arguments, the models' identity (:func:`harness.provenance.model_identity`, as in the run
+key), the calibration's own settings, the vLLM / torch / transformers versions and the
+hardware; a cached
 concurrency is not measured again, and a new file replaces the older ones of the same
 target, draft and K.
 
@@ -41,9 +43,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from harness import metrics
+from harness import metrics, provenance
 from harness.checks import command
-from harness.files import file_digest, json_digest, write_text
+from harness.files import json_digest, write_text
 
 CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not a run)
 PROMPT_TOKENS = 64
@@ -145,27 +147,18 @@ class Entry:
     spec: Any  # harness.engine.EngineSpec
 
 
-def model_identity(name: str) -> str:
-    """A digest of a local model directory (its manifest, else its files' names, sizes and
-    modification times); a hub id as it is."""
-    path = Path(name)
-    if not path.is_dir():
-        return name
-    manifest = path / "manifest.json"
-    if manifest.is_file():
-        return file_digest(manifest)
-    files = sorted(p for p in path.rglob("*") if p.is_file())
-    stats = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    return json_digest(stats)
-
-
 def identity(entry: Entry) -> dict[str, Any]:
-    """Everything the cached numbers depend on: engine arguments, models, settings."""
+    """Everything the cached numbers depend on: engine arguments, models (the run key's
+    identity), the calibration's settings, the installed versions and the hardware."""
     spec = entry.spec
     ident = {
         "llm_kwargs": spec.llm_kwargs(),
         "env": spec.env(),
-        "models": {m: model_identity(m) for m in (spec.target, spec.draft) if m},
+        "models": {
+            m: provenance.model_identity(m)["digest"] for m in (spec.target, spec.draft) if m
+        },
+        "versions": provenance.versions(),
+        "hardware": provenance.hardware(dict(spec.settings)["device"]),
         "prompt_tokens": PROMPT_TOKENS,
         "output_tokens": OUTPUT_TOKENS,
         "requests_per_slot": REQUESTS_PER_SLOT,

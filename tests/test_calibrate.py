@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from harness import calibrate
+from harness import calibrate, provenance
 from harness.calibrate import decode_timing, per_unit_s, token_units
+from train.manifest import Manifest, write_manifest
 
 
 def test_step_time_is_decode_time_over_verify_steps_pooled_over_requests():
@@ -64,8 +67,9 @@ def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
 
     model = tmp_path / "m"
     model.mkdir()
-    (model / "manifest.json").write_text('{"steps": 1}')
-    settings = {"dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.3,
+    built = Manifest("target_cot", "full", "", "k1", "d", {}, 1, None, None, 1.0, 1)
+    write_manifest(model, built)
+    settings = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.3,
                 "tensor_parallel_size": 1, "enforce_eager": True, "max_num_seqs": 4,
                 "enable_prefix_caching": False}  # fmt: skip
     entry = calibrate.Entry("m", None, 0, EngineSpec.plain(str(model), settings))
@@ -73,8 +77,20 @@ def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
     assert calibrate.cache_key(entry) == key
     other = EngineSpec.plain(str(model), {**settings, "max_num_seqs": 8})
     assert calibrate.cache_key(calibrate.Entry("m", None, 0, other)) != key
-    (model / "manifest.json").write_text('{"steps": 2}')  # retrained
+    write_manifest(model, dataclasses.replace(built, key="k2", steps=2))  # retrained
     assert calibrate.cache_key(entry) != key
+    key = calibrate.cache_key(entry)
+    (model / "model.safetensors").write_bytes(b"weights")  # changed in place, same manifest
+    assert calibrate.cache_key(entry) != key
+    key = calibrate.cache_key(entry)
+    versions = provenance.versions()
+    monkeypatch.setattr(provenance, "versions", lambda: {**versions, "vllm": "0.0.1"})
+    assert calibrate.cache_key(entry) != key  # another vLLM
+    monkeypatch.setattr(provenance, "versions", lambda: versions)
+    assert calibrate.cache_key(entry) == key
+    machine = provenance.hardware("cpu")
+    monkeypatch.setattr(provenance, "hardware", lambda device: {**machine, "cpu": "another"})
+    assert calibrate.cache_key(entry) != key  # another node of a mixed cluster
 
 
 def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):

@@ -4,7 +4,6 @@ re-run every job), and atomic writes leave the old content or the new, never a p
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +11,6 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness import files
-from harness.calibrate import model_identity
 from harness.results import config_hash
 from train.data import prompts_hash
 from train.formats import CodBounds
@@ -33,14 +31,6 @@ def test_stored_digests_keep_their_values():
     )
     system = {"cot": "Think step by step.", "cod": "Be brief — 5 words."}
     assert prompts_hash(cfg, system) == "6151650f14344fe4"
-
-
-def test_calibration_model_identity_keeps_its_value(tmp_path):
-    (tmp_path / "config.json").write_text('{"a": 1}')
-    os.utime(tmp_path / "config.json", ns=(1_700_000_000_000_000_000,) * 2)
-    assert model_identity(str(tmp_path)) == "e67108036bf6d32f"  # names, sizes, mtimes
-    (tmp_path / "manifest.json").write_text('{"key": "k✓"}', encoding="utf-8")
-    assert model_identity(str(tmp_path)) == "a63a95a1312a2678"  # the manifest's bytes
 
 
 def test_digest_settings_change_the_bytes_hashed():
