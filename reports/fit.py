@@ -183,15 +183,10 @@ def model_check(table: pd.DataFrame, fits: pd.DataFrame) -> str:
 
 def _alpha_vllm(runs: pd.DataFrame) -> float:
     """Pooled a from the summaries' per-position counters (NaN when absent)."""
-    if "spec_accepted_per_pos" not in runs or runs["spec_accepted_per_pos"].isna().all():
+    if "spec_accepted_per_pos" not in runs:
         return float("nan")
     spec = runs.dropna(subset=["spec_accepted_per_pos", "spec_num_drafts"])
-    accepted = sum(float(np.sum(p)) for p in spec["spec_accepted_per_pos"])
-    attempts = sum(
-        theory.position_attempts(p, n)
-        for p, n in zip(spec["spec_accepted_per_pos"], spec["spec_num_drafts"], strict=True)
-    )
-    return accepted / attempts if attempts else float("nan")
+    return theory.alpha_mle(spec["spec_accepted_per_pos"], spec["spec_num_drafts"])
 
 
 def fit(

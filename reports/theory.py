@@ -15,18 +15,20 @@ Prediction from measured costs (what the report uses): one verify step is not "K
 forwards + one target forward" (fixed per-step overhead, verifying K + 1 tokens, KV
 rollback), so the step's time T_step(K) is measured (``harness.calibrate``) and
 predicted speedup = E x T_target / T_step(K) (:func:`speedup_from_costs`), with E from
-the per-position conditional acceptance (:func:`expected_tokens_from_rates`) over the
-requests' own output lengths (:func:`decode_steps`: a short answer's last step is cut at
+the per-position conditional acceptance (E = 1 + sum_i prod_(j <= i) a_j, no flatness
+assumed) over the requests' own output lengths (:func:`decode_steps`: a short answer's last step is cut at
 its end, and TPOT is a mean over requests). A model-free proposer drafts only where it
 finds a match; its steps without drafts cost their own calibrated time and emit one
 token. The simple model above keeps c = T_draft / T_target, both measured.
 
-Estimating a from the per-position acceptance counts: :func:`alpha_mle`.
+Estimating a from the per-position acceptance counts of runs: :func:`alpha_mle`.
 
 Functions broadcast over numpy arrays and return a float for scalar inputs.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -91,22 +93,18 @@ def position_attempts(accepted_per_pos: ArrayLike, num_drafts: float) -> float:
     return float(reached.sum())
 
 
-def alpha_mle(accepted_per_pos: ArrayLike, num_drafts: float) -> float:
-    """Per-token acceptance a from per-position counts: accepted / attempts.
+def alpha_mle(accepted_per_pos: Sequence[ArrayLike], num_drafts: Sequence[float]) -> float:
+    """Per-token acceptance a pooled over runs (each with its own K): accepted / attempts.
 
     The maximum-likelihood estimate under the model (every tried position passes with
-    probability a); NaN without drafts.
+    probability a), from each run's per-position counts and verify steps; NaN without
+    drafts.
     """
-    attempts = position_attempts(accepted_per_pos, num_drafts)
-    return float(np.sum(accepted_per_pos) / attempts) if attempts > 0 else float("nan")
-
-
-def expected_tokens_from_rates(rates: ArrayLike) -> float:
-    """Tokens per verify step from conditional per-position acceptance a_1..a_K:
-    E = 1 + sum_i prod_(j <= i) a_j. Equals :func:`expected_tokens` when every a_j = a; with
-    pooled counts (a_j = accepted_j / reached_j) the product telescopes to the measured
-    mean acceptance length."""
-    return float(1.0 + np.sum(np.cumprod(np.asarray(rates, float))))
+    accepted = sum(float(np.sum(p)) for p in accepted_per_pos)
+    attempts = sum(
+        position_attempts(p, n) for p, n in zip(accepted_per_pos, num_drafts, strict=True)
+    )
+    return accepted / attempts if attempts > 0 else float("nan")
 
 
 def steps_to_emit(rates: ArrayLike, max_tokens: int) -> np.ndarray:

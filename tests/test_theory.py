@@ -71,19 +71,29 @@ def test_best_k_grid_matches_scalar_calls():
     assert all(grid[i, j] == theory.best_k(a[i, j], c[i, j]) for i in range(3) for j in range(3))
 
 
-def test_alpha_mle_recovers_a_from_exact_geometric_counts():
-    a, k, steps = 0.7, 5, 10_000
-    per_pos = steps * a ** np.arange(1, k + 1)  # steps that accepted positions 1..i
-    assert theory.alpha_mle(per_pos, steps) == pytest.approx(a)
-    assert theory.position_attempts(per_pos, steps) == pytest.approx(steps + per_pos[:-1].sum())
-    assert np.isnan(theory.alpha_mle([0, 0], 0))
+def test_alpha_mle_recovers_a_from_exact_geometric_counts_pooled_over_runs():
+    a, steps = 0.7, 10_000
+    per_pos = {k: steps * a ** np.arange(1, k + 1) for k in (1, 5)}  # accepted positions 1..i
+    assert theory.alpha_mle([per_pos[5]], [steps]) == pytest.approx(a)
+    assert theory.alpha_mle(list(per_pos.values()), [steps, steps]) == pytest.approx(a)
+    assert theory.position_attempts(per_pos[5], steps) == pytest.approx(
+        steps + per_pos[5][:-1].sum()
+    )
+    # pooled: the runs' accepted over their attempts, not a mean of per-run estimates
+    few = [0.5 * 10]  # 10 steps at K = 1 accepting half
+    assert theory.alpha_mle([per_pos[1], few], [steps, 10]) == pytest.approx(
+        (per_pos[1][0] + 5) / (steps + 10)
+    )
+    assert np.isnan(theory.alpha_mle([[0, 0]], [0]))
+    assert np.isnan(theory.alpha_mle([], []))
 
 
-def test_per_position_rates_give_tokens_per_step():
-    # flat rates: the geometric model
-    assert theory.expected_tokens_from_rates([0.8] * 5) == pytest.approx(3.68928)
-    # falling rates: 1 + 0.9 + 0.9 * 0.5 + 0.9 * 0.5 * 0.2 = 2.44
-    assert theory.expected_tokens_from_rates([0.9, 0.5, 0.2]) == pytest.approx(2.44)
+def test_per_position_rates_give_tokens_per_step_on_long_outputs():
+    m = 20_000
+    # flat rates: the geometric model, E = 3.68928
+    assert theory.steps_to_emit([0.8] * 5, m)[-1] / m == pytest.approx(1 / 3.68928, rel=1e-3)
+    # falling rates: E = 1 + 0.9 + 0.9 * 0.5 + 0.9 * 0.5 * 0.2 = 2.44
+    assert theory.steps_to_emit([0.9, 0.5, 0.2], m)[-1] / m == pytest.approx(1 / 2.44, rel=1e-3)
 
 
 def test_speedup_from_costs_is_tokens_per_step_times_target_time_over_step_time():
