@@ -67,9 +67,7 @@ def main(cfg: DictConfig) -> str:
 
 
 if __name__ == "__main__":
-    import torch
-
-    from harness import results
+    from harness import console, results
     from harness.checks import exit_on_bad_input
     from harness.config import (
         check_group_overrides,
@@ -78,6 +76,7 @@ if __name__ == "__main__":
         with_engine_override,
     )
 
+    console.quiet_libraries()
     with exit_on_bad_input():
         check_group_overrides(sys.argv[1:])
         check_overrides(sys.argv[1:])
@@ -85,6 +84,8 @@ if __name__ == "__main__":
             single = compose_config([a for a in sys.argv[1:] if not a.startswith(("-", "hydra"))])
             if not single.plan:
                 results.lock_sweep(results.sweep_dir(single))
+    import torch  # after the checks: bad input exits without paying torch's import
+
     sys.argv = with_engine_override(sys.argv, torch.cuda.is_available())
     try:
         main()

@@ -14,6 +14,7 @@ from functools import lru_cache, wraps
 from pathlib import Path
 from typing import Any
 
+from harness import console
 from harness.config import ConfigError, DatasetError
 
 
@@ -166,7 +167,7 @@ def command(
 ) -> Callable[[Callable[[Any], int]], Callable[[Any], int]]:
     """Decorate a command's ``main``: bad input (ConfigError, DatasetError, ``extra``) prints
     ``error: <message>`` on stderr and returns 2; with ``doc``, ``-h``/``--help`` as first
-    argument prints it and returns 0."""
+    argument prints it and returns 0. Libraries are quiet in a log (:mod:`harness.console`)."""
 
     def wrap(main: Callable[[Any], int]) -> Callable[[Any], int]:
         @wraps(main)
@@ -174,6 +175,7 @@ def command(
             if doc is not None and args and args[0] in ("-h", "--help"):
                 print(doc)
                 return 0
+            console.quiet_libraries()
             try:
                 return main(args)
             except _bad_input(extra) as exc:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness import memory, metrics
+from harness import console, memory, metrics
 from harness.checks import (
     check_model_dir,
     check_prompt_lengths,
@@ -245,12 +245,10 @@ def run(job: PreparedJob, llm: Any, progress: bool = True) -> tuple[list[Request
     time is generation's. The progress bar shows problems done, output tokens/s and
     acceptance so far.
     """
-    from tqdm import tqdm
-
     tokenizer = load_tokenizer(job.spec.target)
     outputs: dict[int, Any] = {}
     totals = {"tokens": 0, "drafted": 0, "accepted": 0}
-    bar = tqdm(total=len(job.requests), desc=job.info.run_id, unit="req", disable=not progress)
+    bar = console.progress(len(job.requests), job.info.run_id, "req", disable=not progress)
     tic = time.perf_counter()
 
     def on_output(index: int, output: Any) -> None:

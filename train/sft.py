@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import console
 from train.config import SFTSettings, TrainConfig
 from train.loading import load_model
 
@@ -187,4 +188,5 @@ def _sft_config(settings: SFTSettings, cfg: TrainConfig, work: Path):
         gradient_checkpointing=cuda and cfg.gradient_checkpointing,
         report_to="none",
         dataloader_num_workers=0,
+        disable_tqdm=not console.interactive(),  # in a log: a loss line per logging step
     )
