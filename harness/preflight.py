@@ -29,6 +29,7 @@ import numpy as np
 
 from harness import metrics
 from harness.checks import command
+from harness.files import write_text
 
 PREFLIGHT = "preflight.json"
 
@@ -182,12 +183,10 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
 
 
 def write(run_dir: Path, draft: str, result: dict[str, Any]) -> Path:
-    """Merge ``result`` into ``run_dir/preflight.json`` under ``draft``."""
-    path = run_dir / PREFLIGHT
+    """Merge ``result`` into ``run_dir/preflight.json`` under ``draft`` (written atomically)."""
     data = read(run_dir)
     data[draft] = result
-    path.write_text(json.dumps(data, indent=1))
-    return path
+    return write_text(run_dir / PREFLIGHT, json.dumps(data, indent=1))
 
 
 def read(run_dir: Path) -> dict[str, Any]:
