@@ -7,6 +7,7 @@ express live in :func:`validate` and raise :class:`ConfigError` with one readabl
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -327,7 +328,12 @@ def validate(cfg: Any) -> None:
         f"must be <= engine.max_num_seqs={cfg.engine.max_num_seqs} (requests the engine runs at once)",
     )
     check(cfg.max_tokens >= 1, "max_tokens", cfg.max_tokens, "must be >= 1")
-    check(cfg.temperature >= 0, "temperature", cfg.temperature, "must be >= 0")
+    check(
+        math.isfinite(cfg.temperature) and cfg.temperature >= 0,
+        "temperature",
+        cfg.temperature,
+        "must be a finite number >= 0",
+    )
     check_choice("dataset.difficulty", cfg.dataset.difficulty, DIFFICULTIES)
     check_parallelism(cfg.engine)
     check_choice("variant.prompt_style", cfg.variant.prompt_style, PROMPT_STYLES)

@@ -113,6 +113,8 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
         return None
     if changed:
         print(f"re-running {name}: {', '.join(changed)} changed")
+    elif changed is None and not cfg.force and (job_dir / results.SUMMARY).exists():
+        print(f"re-running {name}: its stored results are incomplete or do not read back")
     engine, reused = engines.get(job.spec)
     try:
         warm_up(job, engine.llm)

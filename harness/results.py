@@ -111,13 +111,22 @@ def config_hash(cfg: Any) -> str:
 
 
 def read_summary(job_dir: Path) -> dict[str, Any] | None:
-    """The job's summary if it is complete, else None."""
+    """The job's summary if it is complete (marked so, and its request table reads back
+    with the summary's number of rows), else None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         summary = json.loads((job_dir / SUMMARY).read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    complete = summary.get("complete") is True and (job_dir / REQUESTS).is_file()
-    return summary if complete else None
+    if not isinstance(summary, dict) or summary.get("complete") is not True:
+        return None
+    try:
+        rows = pq.read_metadata(job_dir / REQUESTS).num_rows
+    except (OSError, pa.ArrowException):
+        return None
+    return summary if rows == summary.get("num_requests") else None
 
 
 def changed_parts(job_dir: Path, run_key: dict[str, str]) -> list[str] | None:

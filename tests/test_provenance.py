@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from harness import provenance, results
@@ -70,8 +72,9 @@ def test_the_run_key_names_what_changed(own_pair, tmp_path):
     }  # fmt: skip
     job_dir = tmp_path / "job"
     job_dir.mkdir()
-    (job_dir / results.REQUESTS).write_bytes(b"")
-    (job_dir / results.SUMMARY).write_text(json.dumps({"complete": True, "run_key": key}))
+    pq.write_table(pa.table({"problem_id": pa.array([], pa.string())}), job_dir / results.REQUESTS)
+    complete = {"complete": True, "num_requests": 0, "run_key": key}
+    (job_dir / results.SUMMARY).write_text(json.dumps(complete))
     assert results.changed_parts(job_dir, key) == []
     shutil.copy(own_pair[1] / "model.safetensors", own_pair[0] / "model.safetensors")
     assert results.changed_parts(job_dir, _key(cfg)) == ["model models.targets.cot"]

@@ -95,7 +95,8 @@ def test_config_hash_ignores_where_results_go_and_force_but_not_the_job():
 def test_written_job_is_complete_only_for_its_config_hash(tmp_path):
     job_dir = tmp_path / "s" / "job"
     job = _job()
-    results.write_job(job_dir, [_record(job), _record(job, "p2")], _summary(job, "abc"))
+    summary = dataclasses.replace(_summary(job, "abc"), num_requests=2)
+    results.write_job(job_dir, [_record(job), _record(job, "p2")], summary)
     assert results.is_complete(job_dir, "abc")
     assert not results.is_complete(job_dir, "other")
     table = pq.read_table(job_dir / results.REQUESTS)
@@ -115,6 +116,29 @@ def test_a_dir_without_a_complete_summary_is_partial(tmp_path):
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / results.SUMMARY).write_text('{"complete": false}')
     assert results.read_summary(tmp_path / "job") is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda job_dir: (job_dir / results.REQUESTS).write_bytes(
+            (job_dir / results.REQUESTS).read_bytes()[:100]  # truncated
+        ),
+        lambda job_dir: (job_dir / results.REQUESTS).unlink(),
+        lambda job_dir: (job_dir / results.SUMMARY).write_bytes(b"\xff\xfe"),  # not UTF-8
+        lambda job_dir: (job_dir / results.SUMMARY).write_text("[1]"),  # not an object
+        lambda job_dir: results.write_job(  # the table of another run: one row, not two
+            job_dir, [_record(_job())], dataclasses.replace(_summary(_job()), num_requests=2)
+        ),
+    ],
+)
+def test_a_result_that_does_not_read_back_is_not_complete(tmp_path, damage):
+    job_dir, job = tmp_path / "s" / "job", _job()
+    summary = dataclasses.replace(_summary(job, "abc"), num_requests=2)
+    results.write_job(job_dir, [_record(job), _record(job, "p2")], summary)
+    assert results.is_complete(job_dir, "abc")
+    damage(job_dir)
+    assert results.read_summary(job_dir) is None and not results.is_complete(job_dir, "abc")
 
 
 def test_failures_are_appended_one_json_line_each(tmp_path):
