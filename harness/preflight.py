@@ -140,8 +140,7 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
     import pyarrow.parquet as pq
     from transformers import AutoModelForCausalLM
 
-    from harness import results
-    from harness.calibrate import model_identity
+    from harness import provenance, results
     from harness.config import ConfigError
 
     summary = results.read_summary(run_dir)
@@ -174,7 +173,7 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
         return "".join("1" if x else "0" for x in vector)
 
     return {
-        "draft_identity": model_identity(draft),
+        "draft_identity": provenance.model_identity(draft)["digest"],
         "agreement": agreed / max(sum(len(a) for a in agree.values()), 1),
         "ks": per_k,
         "agree": {pid: bits(a) for pid, a in agree.items()},
