@@ -51,11 +51,16 @@ endif
 	@touch $@
 	@echo "installed into $(VENV) (vLLM for $(VLLM_KIND))"
 
+# Test files run in TEST_WORKERS processes (pytest-xdist), each file whole in one of them
+# (its module fixtures and engines are shared); TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: install ## run the whole test suite (unit + real-vLLM integration tests)
-	$(PY) -m pytest $(ARGS)
+	$(PYTEST) $(ARGS)
 
 test-fast: install ## run the tests that start no engine and train nothing
-	$(PY) -m pytest -m "not slow" $(ARGS)
+	$(PYTEST) -m "not slow" $(ARGS)
 
 lint: install ## ruff lint + format check
 	$(VENV)/bin/ruff check .

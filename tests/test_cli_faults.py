@@ -149,7 +149,8 @@ JOB = "cot-synth_easy-k0-c1-s0-t0-n2"
 @pytest.mark.slow
 def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides, tmp_path):
     # 8 answers of 200 tokens: the interrupted job runs for seconds, so the SIGINT lands in it
-    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=8", "max_tokens=200"]
+    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=8", "max_tokens=200",
+            "calibrate=false"]  # fmt: skip
     proc = _start(["-m", *tiny_overrides, *grid])
     _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n8:")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
@@ -169,13 +170,13 @@ def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides
 
 @pytest.mark.slow
 def test_a_second_sweep_into_the_same_directory_is_refused(tiny_overrides, tmp_path):
-    first = _start([*tiny_overrides, "variant=cot", "limit=2"])
+    first = _start([*tiny_overrides, "variant=cot", "limit=2", "calibrate=false"])
     lock = tmp_path / "results" / "tiny" / results.LOCK
     deadline = time.monotonic() + 120
     while not (lock.is_file() and lock.read_text()):
         assert time.monotonic() < deadline and first.poll() is None
         time.sleep(0.2)
-    second = _harness("-m", *tiny_overrides, "variant=cot", "limit=2")
+    second = _harness("-m", *tiny_overrides, "variant=cot", "limit=2", "calibrate=false")
     error = _one_error(second)
     assert error.startswith(
         f"error: {lock.parent}: another sweep is writing here (pid {first.pid} on "
@@ -183,7 +184,7 @@ def test_a_second_sweep_into_the_same_directory_is_refused(tiny_overrides, tmp_p
     assert " since " in error
     assert first.wait(timeout=400) == 0, first.stderr.read().decode()[-3000:]
     assert results.read_summary(lock.parent / JOB) is not None
-    again = _harness(*tiny_overrides, "variant=cot", "limit=2")  # the lock died with its holder
+    again = _harness(*tiny_overrides, "variant=cot", "limit=2", "calibrate=false")  # lock died
     assert again.returncode == 0 and f"skip {JOB}" in again.stdout
 
 
@@ -191,9 +192,11 @@ def test_a_second_sweep_into_the_same_directory_is_refused(tiny_overrides, tmp_p
 def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     tiny_overrides, tmp_path
 ):
-    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=2", "max_tokens=200"]
+    # 8 answers of 200 tokens: the second job runs for seconds, so the move lands in it
+    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=8", "max_tokens=200",
+            "calibrate=false"]  # fmt: skip
     proc = _start(["-m", *tiny_overrides, *grid])
-    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n2:")
+    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n8:")
     sweep = tmp_path / "results" / "tiny"
     sweep.rename(tmp_path / "moved")
     sweep.write_text("not a directory any more")
@@ -201,7 +204,7 @@ def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     err = err.decode(errors="replace")
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    second = sweep / "cot-synth_medium-k0-c1-s0-t0-n2"
+    second = sweep / "cot-synth_medium-k0-c1-s0-t0-n8"
     assert f"could not write the results to {second}" in err
     assert f"could not record its failure in {sweep / results.FAILURES}" in err
-    assert results.read_summary(tmp_path / "moved" / JOB) is not None
+    assert results.read_summary(tmp_path / "moved" / "cot-synth_easy-k0-c1-s0-t0-n8") is not None

@@ -79,8 +79,14 @@ def test_missing_local_file_names_the_path(tmp_path):
 
 
 def test_unreachable_hub_says_what_to_set(monkeypatch):
+    import datasets
+    from huggingface_hub import constants
+
+    # offline however the process started (the libraries read these variables on import)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     cfg = dataset(source="gsm8k", hf_id="draftbench-test/does-not-exist", hf_config="main")
     with pytest.raises(DatasetError, match=r"set dataset\.path="):
         load_problems(cfg)

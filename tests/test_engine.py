@@ -47,28 +47,9 @@ def overrides(tiny_pair, tmp_path_factory):
         f"results_dir={out}",
         "limit=3",
         "max_tokens=24",
+        "calibrate=false",  # test_calibration_sees_every_engine_step_of_a_request measures
     ]
     engines.clear()
-
-
-def test_one_launch_per_spec_and_a_switch_returns_the_memory(overrides):
-    rss_before, _ = _live_tree()
-    launches = engines.launches()
-    plain = EngineSpec.from_config(compose_config([*overrides, "variant=cot"]))
-    spec = EngineSpec.from_config(compose_config([*overrides, "variant=cot_sd", "spec.k=1"]))
-
-    first, reused = engines.get(plain)
-    assert not reused and first.start_s > 0
-    assert engines.get(plain) == (first, True)
-    rss_plain, plain_pids = _live_tree()
-    assert plain_pids and rss_plain - rss_before > 200  # the engine runs in child processes
-
-    second, reused = engines.get(spec)
-    rss_spec, spec_pids = _live_tree()
-    assert not reused and second.spec == spec
-    assert not any(_alive(pid) for pid in plain_pids - spec_pids)
-    assert rss_spec < rss_plain + 0.25 * (rss_plain - rss_before)  # one engine, not two
-    assert engines.launches() == launches + 2
 
 
 def _hashes(cfg) -> dict[str, str]:
@@ -77,17 +58,33 @@ def _hashes(cfg) -> dict[str, str]:
     return dict(zip(rows["problem_id"].to_pylist(), rows["output_hash"].to_pylist(), strict=True))
 
 
-def test_greedy_speculation_reproduces_plain_decoding_and_matches_the_counters(overrides):
+def test_one_launch_per_spec_greedy_speculation_equals_plain_decoding_and_memory_returns(
+    overrides,
+):
     plain_cfg = compose_config([*overrides, "variant=cot"])
     spec_cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1"])
-    baseline = run_job(plain_cfg, progress=False)
+    plain, spec = EngineSpec.from_config(plain_cfg), EngineSpec.from_config(spec_cfg)
+    rss_before, _ = _live_tree()
     launches = engines.launches()
-    summary = run_job(spec_cfg, progress=False)
-    assert baseline.spec is None
+
+    first, reused = engines.get(plain)
+    assert not reused and first.start_s > 0
+    assert engines.get(plain) == (first, True)
+    rss_plain, plain_pids = _live_tree()
+    assert plain_pids and rss_plain - rss_before > 200  # the engine runs in child processes
+    baseline = run_job(plain_cfg, progress=False)
+    assert baseline.spec is None and baseline.engine_reused
+
+    summary = run_job(spec_cfg, progress=False)  # the plain engine is shut down for this spec
+    rss_spec, spec_pids = _live_tree()
+    assert not summary.engine_reused and engines.get(spec)[0].spec == spec
+    assert not any(_alive(pid) for pid in plain_pids - spec_pids)
+    assert rss_spec < rss_plain + 0.25 * (rss_plain - rss_before)  # one engine, not two
+    assert engines.launches() == launches + 2
+
     assert _hashes(spec_cfg) == _hashes(plain_cfg)  # greedy speculation == plain decoding
     assert summary.counter_mismatch is None
     assert summary.spec.num_steps > 0 and summary.spec.num_draft_tokens == summary.spec.num_steps
-    assert engines.launches() == launches + 1  # the plain engine was shut down for this spec
 
 
 def test_sampled_speculation_records_the_corrections_at_rejections(overrides):

@@ -24,7 +24,12 @@ def overrides(tiny_pair, tmp_path_factory):
     out = tmp_path_factory.mktemp("hot_path")
     target = shutil.copytree(tiny_pair[0], out / "target")  # this module changes its weights
     engines.clear()
-    yield [f"models.targets.cot={target}", f"results_dir={out / 'results'}", "max_tokens=16"]
+    yield [
+        f"models.targets.cot={target}",
+        f"results_dir={out / 'results'}",
+        "max_tokens=16",
+        "calibrate=false",
+    ]
     engines.clear()
 
 
@@ -87,6 +92,16 @@ def test_repeats_record_provenance_and_rerun_when_the_model_changes(overrides, c
     assert first["dataset_digest"] and first["command"]
 
     assert run_or_record_failure(cfg, progress=False) == "skipped"
+    # a result that does not read back is not trusted: that repeat runs again, alone
+    requests = dirs[0] / results.REQUESTS
+    requests.write_bytes(requests.read_bytes()[:100])
+    capsys.readouterr()
+    assert run_or_record_failure(cfg, progress=False) == "ran"
+    out = capsys.readouterr().out
+    assert f"re-running {dirs[0].name}: its stored results are incomplete" in out
+    assert f"skip {dirs[1].name}" in out
+    assert results.read_summary(dirs[0]) is not None
+
     target = cfg.models.targets.cot
     weights = f"{target}/model.safetensors"
     with open(weights, "r+b") as f:  # other weights under the same name and size

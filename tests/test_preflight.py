@@ -91,7 +91,8 @@ def _estimate_and_measure(
     from harness.job import run_job
 
     common = [f"models.targets.cot={target}", f"models.drafts.cot={draft}",
-              f"results_dir={tmp_path / 'results'}", "limit=6", "max_tokens=40"]  # fmt: skip
+              f"results_dir={tmp_path / 'results'}", "limit=6", "max_tokens=40",
+              "calibrate=false"]  # fmt: skip
     engines.clear()
     try:
         base_cfg = compose_config([*common, "variant=cot", "spec.k=0"])

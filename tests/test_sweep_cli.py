@@ -1,20 +1,28 @@
-"""`python -m harness -m` end to end: kill mid-sweep, resume, skip, and the results it writes.
+"""`python -m harness -m` end to end: kill mid-sweep, resume, skip, the results it writes,
+and the submitit launcher (grouped by engine spec) against the basic one.
 
 Real vLLM on CPU with the tiny random pair: a 2-dataset x 2-K multirun (cot at k=0,
-cot_sd at k=1; cot_sd at k=0 and cot at k=1 are dropped by the sweeper).
+cot_sd at k=1; cot_sd at k=0 and cot at k=1 are dropped by the sweeper). The basic
+launcher's sweep (killed, then resumed) is run once and serves both checks. The SLURM
+code path runs through ``hydra/launcher=submitit_local`` (same launcher class hierarchy,
+local processes instead of sbatch).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -29,6 +37,7 @@ JOBS = [
     "cot_sd-synth_easy-k1-c1-s0-t0-n3",
     "cot_sd-synth_medium-k1-c1-s0-t0-n3",
 ]
+COMPARED = ["problem_id", "output_hash", "correct", "output_tokens", "num_accepted_tokens"]
 
 
 def _command(overrides: list[str]) -> list[str]:
@@ -57,20 +66,44 @@ def _complete_jobs(sweep) -> list[str]:
     return sorted(p.name for p in sweep.iterdir() if results.read_summary(p) is not None)
 
 
-def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(tiny_overrides, tmp_path):
-    sweep = tmp_path / "results" / "tiny"
-    # 1. kill while the first speculative job generates (its progress bar is up)
-    proc = subprocess.Popen(
-        _command(tiny_overrides), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+def _table(sweep_dir: Path) -> pd.DataFrame:
+    frames = [
+        pd.read_parquet(job / results.REQUESTS).assign(job=job.name)
+        for job in sorted(sweep_dir.iterdir())
+        if results.read_summary(job) is not None
+    ]
+    return pd.concat(frames).sort_values(["job", "problem_id"])[["job", *COMPARED]]
+
+
+@pytest.fixture(scope="module")
+def basic(tiny_pair, tmp_path_factory) -> SimpleNamespace:
+    """The grid under the basic launcher: killed while its first speculative job generates
+    (its progress line is up), then resumed by the same command."""
+    target, draft = tiny_pair
+    root = tmp_path_factory.mktemp("basic")
+    common = [f"models.targets.cot={target}", f"models.drafts.cot={draft}", "limit=3",
+              "max_tokens=24"]  # fmt: skip
+    overrides = [*common, f"results_dir={root / 'results'}"]
+    sweep = root / "results" / "tiny"
+    proc = subprocess.Popen(_command(overrides), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stderr = _kill_when(proc, f"{JOBS[2]}:")
-    assert proc.returncode == -signal.SIGKILL, stderr[-2000:]
     visible = sorted(p.name for p in sweep.iterdir() if not p.name.startswith("."))
-    assert visible == _complete_jobs(sweep)  # every job directory there is complete
+    killed = SimpleNamespace(returncode=proc.returncode, stderr=stderr, visible=visible,
+                             complete=_complete_jobs(sweep))  # fmt: skip
+    resumed = subprocess.run(_command(overrides), capture_output=True, text=True, timeout=600)
+    return SimpleNamespace(common=common, overrides=overrides, sweep=sweep, killed=killed,
+                           resumed=resumed)  # fmt: skip
+
+
+def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(basic):
+    sweep, killed, resumed = basic.sweep, basic.killed, basic.resumed
+    # 1. killed while the first speculative job generated
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    visible = killed.visible
+    assert visible == killed.complete  # every job directory there is complete
     assert JOBS[:2] == visible[:2] and len(visible) < 4
 
     # 2. resume: the finished jobs are skipped, the rest run with one engine launch
-    resumed = subprocess.run(_command(tiny_overrides), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "dropped 2 with spec.k>0 for a variant without a draft and 2 k=0 runs" in resumed.stdout
     assert _complete_jobs(sweep) == JOBS
@@ -83,12 +116,18 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(tiny_override
     assert summaries[JOBS[1]]["engine_reused"] and summaries[JOBS[3]]["engine_reused"]
     assert summaries[JOBS[3]]["engine_launches"] == 1  # the resumed process started one engine
     assert not (sweep / results.FAILURES).exists()
+    # written to a pipe, not a terminal (harness.console): whole progress lines, no vLLM INFO
+    log = resumed.stdout + resumed.stderr
+    lines = [line.lstrip("\r") for line in resumed.stderr.splitlines()]
+    assert any(line.startswith(f"{JOBS[3]}: 3/3 req [") for line in lines), lines
+    assert max(len(line) for line in log.splitlines()) < 500
+    assert not re.search(r"\bINFO \d\d-\d\d ", log), log[-3000:]
     # each engine calibrated itself once, before its first job's requests: the killed job's
     # engine had, so the resumed sweep measured nothing again
     assert "calibration " not in resumed.stdout
     records = [json.loads(p.read_text()) for p in (sweep / calibrate.CALIBRATION).glob("*.json")]
     assert sorted(r["k"] for r in records) == [0, 1]
-    draft = next(o.split("=", 1)[1] for o in tiny_overrides if o.startswith("models.drafts"))
+    draft = next(o.split("=", 1)[1] for o in basic.common if o.startswith("models.drafts"))
     for record in records:
         (measured,) = record["measurements"].values()
         assert measured["requests"] == calibrate.REQUESTS_PER_SLOT
@@ -98,7 +137,7 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(tiny_override
     # 3. re-run: every job is skipped and nothing is rewritten
     stamps = {n: (sweep / n / results.SUMMARY).stat().st_mtime_ns for n in JOBS}
     tic = time.perf_counter()
-    again = subprocess.run(_command(tiny_overrides), capture_output=True, text=True, timeout=300)
+    again = subprocess.run(_command(basic.overrides), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0
     assert [
         line.split()[1].rstrip(":")
@@ -131,6 +170,38 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(tiny_override
             assert summary["counter_mismatch"] is None
     assert hashes[JOBS[2]] == hashes[JOBS[0]]  # greedy speculation == plain decoding
     assert hashes[JOBS[3]] == hashes[JOBS[1]]
+
+
+def test_submitit_local_matches_basic_launcher_and_resumes(basic, tmp_path):
+    assert basic.resumed.returncode == 0, basic.resumed.stderr[-3000:]
+    grouped_args = [*basic.common, f"results_dir={tmp_path}", "hydra/launcher=submitit_local",
+                    "calibrate=false"]  # fmt: skip
+    grouped = subprocess.run(_command(grouped_args), capture_output=True, text=True, timeout=900)
+    assert grouped.returncode == 0, grouped.stderr[-3000:]
+
+    # 4 jobs over 2 engine specs (target alone, target + draft at K=1): 2 tasks
+    assert "launcher: 4 jobs in 2 tasks (one per engine spec)" in grouped.stdout
+    jobs = tmp_path / "tiny"
+    launches = {
+        job.name: results.read_summary(job)["engine_launches"]
+        for job in jobs.iterdir()
+        if results.read_summary(job) is not None
+    }
+    assert sorted(launches.values()) == [1, 1, 1, 1]  # each task started one engine
+
+    # greedy decoding: the same tables whichever launcher ran the jobs
+    pd.testing.assert_frame_equal(
+        _table(basic.sweep).reset_index(drop=True), _table(jobs).reset_index(drop=True)
+    )
+
+    # a worker killed mid-job leaves no complete summary: resubmission re-runs only it
+    lost = jobs / "cot_sd-synth_medium-k1-c1-s0-t0-n3"
+    (lost / results.SUMMARY).unlink()
+    kept = {p: p.stat().st_mtime_ns for p in jobs.glob(f"*/{results.SUMMARY}")}
+    again = subprocess.run(_command(grouped_args), capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert results.read_summary(lost) is not None
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept  # finished jobs were skipped
 
 
 def test_a_job_whose_engine_crashes_is_recorded_and_the_sweep_goes_on(tiny_pair, tmp_path):

@@ -74,6 +74,7 @@ def test_a_cut_may_skip_the_middle_keeping_the_last_layers(tiny_pair, tmp_path):
         truncated(target_dir, tmp_path / "bad", 1, last=2)
 
 
+@pytest.mark.slow
 def test_kl_training_brings_the_draft_closer_to_its_teacher(tiny_pair, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

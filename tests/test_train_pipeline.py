@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -92,21 +93,44 @@ MICRO = [
 ]
 
 
+def _build(root: Path, hash_seed: str) -> subprocess.CompletedProcess:
+    """``python -m train.build`` of the micro world in ``root``, with ``PYTHONHASHSEED``."""
+    root.mkdir(exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-m", "train.build", *MICRO],
+        cwd=root,
+        env={**os.environ, "PYTHONHASHSEED": hash_seed},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+@pytest.fixture(scope="module")
+def micro_world(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The micro world built once, in a process of its own: its root and the build."""
+    root = tmp_path_factory.mktemp("micro_world")
+    return root, _build(root, "1")
+
+
 @pytest.mark.slow
-def test_micro_world_builds_every_model_and_a_rerun_trains_nothing(tmp_path, monkeypatch):
+def test_micro_world_builds_every_model_and_a_rerun_trains_nothing(
+    micro_world, tmp_path, monkeypatch
+):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from train.build import run
-    from train.data import run as make_data
-    from train.data_config import compose_data_config
 
-    monkeypatch.chdir(tmp_path)  # models/tiny/, data/ and the work dir land here
-    sizes = [f"datasets.{d}.train.size=30" for d in ("easy", "medium", "hard")]
-    make_data(compose_data_config(["experiment=tiny", "out_dir=data", *sizes]))
+    world, build = micro_world
+    assert build.returncode == 0, build.stderr[-3000:]
+    shutil.copytree(world, tmp_path, dirs_exist_ok=True)  # keeps mtimes: a copy, not a build
+    monkeypatch.chdir(tmp_path)  # models/tiny/, data/ and the work dir are here
     cfg = compose_train_config(MICRO)
+    roles = [f"{kind}_{s}" for kind in ("target", "draft") for s in ("base", "cot", "cod")]
+    stamps = {r: (tmp_path / "models/tiny" / r / "manifest.json").stat().st_mtime_ns for r in roles}
 
-    built = run(cfg)
+    built = run(cfg)  # this process finds every model of the other one up to date
 
     assert set(built) == {
         f"{kind}_{s}" for kind in ("target", "draft") for s in ("base", "cot", "cod")
@@ -136,8 +160,7 @@ def test_micro_world_builds_every_model_and_a_rerun_trains_nothing(tmp_path, mon
             role: (tmp_path / p / "manifest.json").stat().st_mtime_ns for role, p in models.items()
         }
 
-    stamps = written(built)
-    assert written(run(cfg)) == stamps
+    assert written(built) == stamps  # nothing was trained again
 
     fewer = compose_train_config([*MICRO, "distil.max_problems=3"])
     rebuilt = run(fewer)  # other distillation prompts: new answers, new drafts, same targets
@@ -176,20 +199,10 @@ def _file_digests(model_dir: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_two_builds_in_separate_processes_give_byte_identical_models(tmp_path):
+def test_two_builds_in_separate_processes_give_byte_identical_models(micro_world, tmp_path):
     """Same commit and inputs, another process and PYTHONHASHSEED: the same bytes."""
     digests = []
-    for hash_seed in ("1", "2"):
-        root = tmp_path / hash_seed
-        root.mkdir()
-        build = subprocess.run(
-            [sys.executable, "-m", "train.build", *MICRO],
-            cwd=root,
-            env={**os.environ, "PYTHONHASHSEED": hash_seed},
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+    for root, build in (micro_world, (tmp_path, _build(tmp_path, "2"))):
         assert build.returncode == 0, build.stderr[-3000:]
         dirs = sorted((root / "models" / "tiny").glob("[!.]*"))  # not the work dir
         models = {d.name: _file_digests(d) for d in dirs}

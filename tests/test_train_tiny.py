@@ -1,4 +1,4 @@
-"""The local tokenizer and tiny random Qwen2 models (no vLLM, seconds)."""
+"""The local tokenizer and tiny random Qwen2 models; SFT and merge of them (slow: training)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ def _chat_rows() -> list[dict]:
     ] * 2
 
 
+@pytest.mark.slow
 def test_sft_pads_a_draft_to_its_targets_vocab_size(tmp_path):
     """Qwen2.5-0.5B has fewer embedding rows than Qwen2.5-14B: the draft is padded."""
     import json
@@ -96,6 +97,7 @@ def test_sft_pads_a_draft_to_its_targets_vocab_size(tmp_path):
         check_same_vocab(str(target), str(out))
 
 
+@pytest.mark.slow
 def test_lora_sft_saves_the_adapter_and_merge_folds_it_into_the_base(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
