@@ -11,11 +11,14 @@ live engine (tests call it).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,13 +136,51 @@ def get(spec: EngineSpec) -> tuple[Engine, bool]:
     os.environ.update(spec.env() | {reaper.OWN_GROUP_ENV: "1"})
     tic = time.perf_counter()
     before = reaper.descendants()
-    llm = LLM(**spec.llm_kwargs())
-    watchdog = reaper.watch(reaper.descendants() - before)
+    watchdog = reaper.watch(reaper.tag(), before)  # before the engine's first process
+    try:
+        with _interruptible_start({pid for pid, _ in before} | {watchdog.pid}):
+            llm = LLM(**spec.llm_kwargs())
+    except BaseException:
+        reaper.stop(watchdog)
+        reaper.reap(reaper.descendants() - before)  # what a failed or interrupted start left
+        raise
     warmup = SamplingParams(temperature=0.0, max_tokens=WARMUP_TOKENS, ignore_eos=True)
     llm.generate([{"prompt_token_ids": [0, 1, 2, 3]}], warmup, use_tqdm=False)
     _live = Engine(spec, llm, time.perf_counter() - tic, watchdog)
     _launches += 1
     return _live, False
+
+
+@contextlib.contextmanager
+def _interruptible_start(keep: set[int]) -> Iterator[None]:
+    """Ctrl-C while ``vllm.LLM(...)`` starts its engine: pyzmq's start-up poll raises its
+    own retry over the KeyboardInterrupt and the start goes on, so here a SIGINT kills the
+    engine's processes (this process's descendants but the pids ``keep``), which ends the
+    start-up with vLLM's error, raised as the KeyboardInterrupt it was."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    interrupted = False
+
+    def stop_engine(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True
+        for pid, _ in reaper.descendants():
+            if pid not in keep:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)  # no engine tracebacks
+
+    previous = signal.signal(signal.SIGINT, stop_engine)
+    try:
+        yield
+    except BaseException:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:  # the engine came up before it could be stopped
+        raise KeyboardInterrupt
 
 
 def clear() -> None:

@@ -1,11 +1,15 @@
 """A watchdog that kills an engine's processes when the process that started them dies.
 
 vLLM on CPU starts its EngineCore and workers with fork+exec, so they outlive a
-SIGKILLed parent. :func:`watch` starts ``python -m harness.reaper <parent> <pid>:<start>...``
-in its own session (a terminal's Ctrl-C does not reach it); it polls every
-:data:`POLL_S` whether its parent changed and then SIGTERMs, and after
-:data:`GRACE_S` SIGKILLs, the recorded processes that still have their recorded start
-time (a recycled pid is never touched). :func:`stop` ends it on a normal shutdown.
+SIGKILLed parent. Before an engine starts, :func:`tag` puts a fresh token in this
+process's environment (every process the engine execs inherits it) and :func:`watch`
+starts ``python -m harness.reaper <parent> <token> <pid>:<start>...`` in its own session
+(a terminal's Ctrl-C does not reach it), the pairs naming the parent's processes that
+were there before. It records the parent's new descendants every :data:`POLL_S` until
+the parent is gone, then SIGTERMs, and after :data:`GRACE_S` SIGKILLs, those still alive
+with their recorded start time (a recycled pid is never touched), their descendants, and
+every process started with the token: the engine is guarded during its start-up too.
+:func:`stop` ends the watchdog on a normal shutdown.
 """
 
 from __future__ import annotations
@@ -15,14 +19,16 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterable
 
 import psutil
 
 POLL_S = 0.5
 GRACE_S = 3.0
-# set by the harness before it starts an engine (its processes inherit it)
+# set by the harness before it starts an engine (its processes inherit them)
 OWN_GROUP_ENV = "DRAFTBENCH_ENGINE_OWN_GROUP"
+ENGINE_ENV = "DRAFTBENCH_ENGINE_TOKEN"
 
 
 def own_process_group() -> None:
@@ -36,19 +42,39 @@ def own_process_group() -> None:
             os.setpgid(0, 0)
 
 
-def descendants() -> set[tuple[int, float]]:
-    """(pid, create time) of every live descendant of this process."""
+def descendants(pid: int | None = None) -> set[tuple[int, float]]:
+    """(pid, create time) of every live descendant of ``pid`` (default: this process)."""
     found = set()
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            found.add((child.pid, child.create_time()))
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found.add((child.pid, child.create_time()))
     return found
 
 
-def watch(processes: Iterable[tuple[int, float]]) -> subprocess.Popen:
-    """Start the watchdog for ``processes`` ((pid, create time) pairs) of this process."""
-    args = [f"{pid}:{start!r}" for pid, start in sorted(processes)]
-    command = [sys.executable, "-m", "harness.reaper", str(os.getpid()), *args]
+def tag() -> str:
+    """A fresh token in this process's environment (:data:`ENGINE_ENV`): the processes it
+    starts from now on carry it."""
+    token = f"{os.getpid()}-{uuid.uuid4().hex}"
+    os.environ[ENGINE_ENV] = token
+    return token
+
+
+def tagged(token: str) -> set[tuple[int, float]]:
+    """(pid, create time) of the live processes, other than this one, started with ``token``."""
+    found = set()
+    for proc in psutil.process_iter(["pid", "create_time", "environ"]):
+        environ = proc.info["environ"] or {}
+        if environ.get(ENGINE_ENV) == token and proc.info["pid"] != os.getpid():
+            found.add((proc.info["pid"], proc.info["create_time"]))
+    return found
+
+
+def watch(token: str, known: Iterable[tuple[int, float]]) -> subprocess.Popen:
+    """Start the watchdog of this process's processes other than ``known`` ((pid, create
+    time) pairs), and of those started with ``token`` (:func:`tag`)."""
+    args = [f"{pid}:{start!r}" for pid, start in sorted(known)]
+    command = [sys.executable, "-m", "harness.reaper", str(os.getpid()), token, *args]
     return subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -59,17 +85,18 @@ def stop(watchdog: subprocess.Popen) -> None:
 
 
 def reap(processes: Iterable[tuple[int, float]], grace_s: float = GRACE_S) -> None:
-    """SIGTERM the processes still alive with their recorded create time, then SIGKILL."""
-    alive = []
+    """SIGTERM the processes still alive with their recorded create time and their
+    descendants, then SIGKILL."""
+    alive: dict[int, psutil.Process] = {}
     for pid, start in processes:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc = psutil.Process(pid)
             if proc.create_time() == start:
-                proc.terminate()
-                alive.append(proc)
-        except psutil.NoSuchProcess:
-            pass
-    _, survivors = psutil.wait_procs(alive, timeout=grace_s)
+                alive |= {p.pid: p for p in (proc, *proc.children(recursive=True))}
+    for proc in alive.values():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, survivors = psutil.wait_procs(alive.values(), timeout=grace_s)
     for proc in survivors:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
@@ -77,12 +104,16 @@ def reap(processes: Iterable[tuple[int, float]], grace_s: float = GRACE_S) -> No
 
 
 def main(argv: list[str]) -> None:
-    """``<parent pid> <pid>:<create time>...``: wait for the parent to go, then reap."""
-    parent = int(argv[0])
-    processes = [(int(pid), float(start)) for pid, start in (x.split(":") for x in argv[1:])]
+    """``<parent pid> <token> <pid>:<create time>...``: record the parent's new descendants
+    until it is gone, then reap them and the token's processes."""
+    parent, token = int(argv[0]), argv[1]
+    known = {(int(pid), float(start)) for pid, start in (x.split(":") for x in argv[2:])}
+    recorded: set[tuple[int, float]] = set()
     while os.getppid() == parent:
+        recorded |= descendants(parent) - known
         time.sleep(POLL_S)
-    reap(processes)
+    me = psutil.Process()
+    reap((recorded | tagged(token)) - {(me.pid, me.create_time())})
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """The engine watchdog: a SIGKILLed parent's processes die with it, recycled pids are spared.
 
-Fast tests use ``sleep`` children; the ``slow`` one SIGKILLs a process holding a real
-engine on the tiny pair.
+Fast tests use ``sleep`` children (exec'd, and forked without exec); the ``slow`` ones
+SIGKILL a process holding a real engine on the tiny pair, once it is ready and while
+``LLM(...)`` is still building it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,7 +27,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _all_gone(pids: list[int], timeout: float) -> list[int]:
+def all_gone(pids: list[int], timeout: float) -> list[int]:
     """The pids still alive after waiting up to ``timeout`` seconds for them to go."""
     deadline = time.monotonic() + timeout
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
@@ -60,12 +62,18 @@ def test_reap_kills_recorded_processes_and_spares_a_recycled_pid():
 
 
 PARENT = """
-import subprocess, sys, time
+import os, subprocess, sys, time
 from harness import reaper
-before = reaper.descendants()
-kids = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
-reaper.watch(reaper.descendants() - before)
-print("pids:", *(k.pid for k in kids), flush=True)
+reaper.watch(reaper.tag(), reaper.descendants())
+kids = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]  # exec'd: they carry the tag
+if sys.argv[1:] == ["fork"]:  # forked without exec: no tag, recorded by the watchdog's polls
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    kids = [pid]
+    time.sleep(4 * reaper.POLL_S)
+print("pids:", *(k if isinstance(k, int) else k.pid for k in kids), flush=True)
 time.sleep(60)
 """
 
@@ -86,19 +94,20 @@ def _kill_parent_and_list_survivors(code: str, *args: str, timeout: float) -> li
     assert pids and set(pids) <= set(tree), (line, tree)
     proc.kill()
     proc.wait()
-    survivors = _all_gone(tree, timeout)
+    survivors = all_gone(tree, timeout)
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     return survivors
 
 
-def test_children_die_with_a_sigkilled_parent():
-    assert _kill_parent_and_list_survivors(PARENT, timeout=10) == []
+@pytest.mark.parametrize("how", ["exec", "fork"])
+def test_children_die_with_a_sigkilled_parent(how):
+    assert _kill_parent_and_list_survivors(PARENT, how, timeout=10) == []
 
 
 def test_stop_ends_the_watchdog_and_leaves_the_processes():
+    watchdog = reaper.watch(reaper.tag(), reaper.descendants())
     child = _sleeper()
-    watchdog = reaper.watch([_identity(child)])
     reaper.stop(watchdog)
     assert watchdog.returncode == -signal.SIGTERM
     assert child.poll() is None
@@ -120,6 +129,34 @@ time.sleep(600)
 @pytest.mark.slow
 def test_engine_processes_die_with_a_sigkilled_harness(tiny_overrides):
     survivors = _kill_parent_and_list_survivors(ENGINE, *tiny_overrides, "variant=cot", timeout=15)
+    assert survivors == []
+
+
+def engine_core_started(pid: int) -> bool:
+    """Whether vLLM's EngineCore process is among ``pid``'s descendants."""
+    for child in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "EngineCore" in " ".join(child.cmdline()):
+                return True
+    return False
+
+
+@pytest.mark.slow
+def test_engine_processes_die_with_a_harness_sigkilled_during_engine_start_up(tiny_overrides):
+    command = [sys.executable, "-c", ENGINE, *tiny_overrides, "variant=cot"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not engine_core_started(proc.pid):  # vLLM's engine process is up; LLM(...) still builds
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(0.5)
+    tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    proc.kill()
+    out, _ = proc.communicate()
+    assert b"pids:" not in out  # killed before the engine was ready
+    survivors = all_gone(tree, 15)
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
     assert survivors == []
 
 
