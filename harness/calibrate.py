@@ -348,11 +348,13 @@ def table(sweep_dir: Path) -> list[dict[str, Any]]:
 
 
 def planned_configs(overrides: list[str]) -> list[Any]:
-    """The composed configs of the jobs ``python -m harness -m <overrides>`` would run."""
+    """The composed configs of the jobs ``python -m harness -m <overrides>`` would run,
+    each checked as the harness checks it before any engine starts (``runner.prepare``)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from harness.config import check_group_overrides, check_overrides, compose_config
+    from harness.runner import prepare
     from harness.sweeper import plan
 
     check_group_overrides(overrides)
@@ -363,7 +365,10 @@ def planned_configs(overrides: list[str]) -> list[Any]:
     every = [f"{k}={v}" for k, v in grid.items()] + overrides
     (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(every), None)
     composed = {tuple(job): compose_config(job) for job in jobs}
-    return [composed[tuple(job)] for job in plan(list(composed.items())).jobs]
+    planned = [composed[tuple(job)] for job in plan(list(composed.items())).jobs]
+    for cfg in planned:
+        prepare(cfg)
+    return planned
 
 
 def run(overrides: list[str]) -> list[Path]:

@@ -191,6 +191,10 @@ def _expected(node: Any) -> str:
     return f"{what} or null" if node._is_optional() else what
 
 
+# keys the harness sets itself, with what to use instead
+SET_BY_HARNESS = {"repeat": "set by the harness for each of repeats=N runs; use repeats=N"}
+
+
 def check_overrides(overrides: list[str]) -> None:
     """Every ``key=value`` override names a key of the schema and a value of its type (each
     value of a sweep list), in one line (Hydra's own errors span a screen and exit 1).
@@ -204,7 +208,9 @@ def check_overrides(overrides: list[str]) -> None:
     from omegaconf.errors import ValidationError
 
     try:
-        parsed = OverridesParser.create().parse_overrides([o for o in overrides if "=" in o])
+        parsed = OverridesParser.create().parse_overrides(
+            [o for o in overrides if "=" in o or o.startswith("~")]
+        )
     except OverrideParseException as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
     is_group = [(CONF_DIR / o.key_or_group).is_dir() for o in parsed]
@@ -215,9 +221,12 @@ def check_overrides(overrides: list[str]) -> None:
     ]
     cfg = compose_config(groups)
     for o, group in zip(parsed, is_group, strict=True):
+        if o.is_delete() and not group and not o.is_hydra_override():
+            raise ConfigError(f"{o.input_line}: keys cannot be deleted; set a value instead")
         if group or o.is_hydra_override() or o.is_delete() or o.is_interval_sweep():
             continue
         key, shown = o.key_or_group, str(o.input_line).partition("=")[2]
+        check(key not in SET_BY_HARNESS, key, shown, SET_BY_HARNESS.get(key, ""))
         parent_key, _, leaf = key.rpartition(".")
         parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
         free_form = isinstance(parent, DictConfig) and OmegaConf.get_type(parent) is dict
@@ -296,6 +305,12 @@ def validate(cfg: Any) -> None:
         ConfigError: naming the first bad key and value.
     """
     check(cfg.spec.k >= 0, "spec.k", cfg.spec.k, "must be >= 0 (0 = no speculation)")
+    check(
+        bool(cfg.sweep) and Path(cfg.sweep).name == cfg.sweep and cfg.sweep not in (".", ".."),
+        "sweep",
+        cfg.sweep,
+        "must be a folder name inside results_dir (no path)",
+    )
     check_choice("variant.method", cfg.variant.method, SPEC_METHODS)
     check(
         cfg.variant.method == "draft_model" or cfg.variant.draft is None,

@@ -73,6 +73,8 @@ def _rows(cfg: DatasetConfig) -> Iterator[tuple[int, dict[str, Any] | str]]:
     if cfg.path is None:
         return _from_hub(cfg)
     path = Path(cfg.path).expanduser()
+    if path.is_dir():
+        raise DatasetError(f"dataset.path={cfg.path}: a directory; name one JSONL file")
     if not path.is_file():
         raise DatasetError(f"dataset.path={cfg.path}: no such file")
     return _read_jsonl(path)
@@ -176,6 +178,11 @@ def load_problems(cfg: DatasetConfig, limit: int | None = None) -> list[Problem]
     """
     if cfg.source == "synth":
         from harness import synth
+
+        if cfg.path is not None:
+            raise DatasetError(
+                f"dataset.path={cfg.path}: dataset {cfg.name} is generated (synthetic), not read"
+            )
 
         problems = synth.generate(cfg.difficulty, cfg.split, cfg.size, cfg.seed)
     elif cfg.source in ("gsm8k", "math"):

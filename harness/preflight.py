@@ -131,25 +131,56 @@ def run_prompts(summary: dict[str, Any], problem_ids: Sequence[str]) -> dict[str
     }
 
 
+def _load_draft(draft: str) -> Any:
+    """The draft for teacher-forced passes; one line (ConfigError) when its weights do not
+    load, instead of transformers' load report and traceback."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from harness.config import ConfigError
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        return AutoModelForCausalLM.from_pretrained(draft, dtype="float32").eval()
+    except (OSError, RuntimeError, ValueError) as exc:
+        text = str(exc).strip() or type(exc).__name__
+        why = (
+            "tensor shapes differ from its config.json"
+            if "mismatched_sizes" in text or "size mismatch" in text
+            else text.splitlines()[0]
+        )
+        raise ConfigError(f"draft={draft}: its weights do not load ({why})") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
     """Pre-flight counts of ``draft`` at each K over the K = 0 run in ``run_dir``.
 
     Raises:
-        ConfigError: not a complete K = 0 run, or its prompts cannot be rendered again.
+        ConfigError: not a complete K = 0 run, its prompts cannot be rendered again, a draft
+            vLLM would refuse beside the run's target (vocabulary), or one whose weights do
+            not load under its config.json.
     """
     import pyarrow.parquet as pq
     from transformers import AutoModelForCausalLM
 
     from harness import provenance, results
+    from harness.checks import check_same_vocab
     from harness.config import ConfigError
 
     summary = results.read_summary(run_dir)
     if summary is None or summary.get("k") != 0:
         raise ConfigError(f"{run_dir}: not a complete K = 0 run")
+    check_same_vocab(summary["target"], draft)  # as the harness does before a K > 0 run
     cols = ["problem_id", "prompt_tokens", "output_token_ids"]
     requests = pq.read_table(run_dir / results.REQUESTS, columns=cols).to_pylist()
     prompts = run_prompts(summary, [r["problem_id"] for r in requests])
-    model = AutoModelForCausalLM.from_pretrained(draft, dtype="float32").eval()
+    model = _load_draft(draft)
     target = None  # loaded for the first request verified past its end
     agree, beyond = {}, {}
     for r in requests:

@@ -51,6 +51,11 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when a run was skipped (partial or corrupt) or there was none",
+    )
+    parser.add_argument(
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
@@ -61,8 +66,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 @command(ValueError)
 def main(args: argparse.Namespace) -> int:
-    """Build the report; print where it went. Returns the exit code (2: bad input)."""
-    from reports.report import make_report
+    """Build the report; print where it went. Returns the exit code (2: bad input; 1: a
+    ``--strict`` report that left runs out or had none)."""
+    from reports.report import IncompleteReport, make_report
 
     if args.bootstrap < 10:
         raise ValueError(f"--bootstrap={args.bootstrap}: use at least 10 replicates")
@@ -75,9 +81,14 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: --results-dir={args.results_dir}: no such directory", file=sys.stderr)
         return 2
     name = args.name or ("+".join(args.sweeps) if args.sweeps else "all")
-    path = make_report(
-        args.results_dir, args.out_dir / name, args.sweeps, args.bootstrap, args.seed
-    )
+    try:
+        path = make_report(
+            args.results_dir, args.out_dir / name, args.sweeps, args.bootstrap, args.seed,
+            strict=args.strict,
+        )  # fmt: skip
+    except IncompleteReport as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"wrote {path}")
     first = path.read_text().split("\n\n")[1]
     print(first)

@@ -18,6 +18,7 @@ def make_report(
     sweeps: list[str] | None = None,
     n_boot: int = bootstrap.N_BOOT,
     seed: int = 0,
+    strict: bool = False,
 ) -> Path:
     """Load, aggregate, draw and write the report into ``out_dir``; return REPORT.md.
 
@@ -26,6 +27,8 @@ def make_report(
 
     Raises:
         ValueError: a named sweep does not exist.
+        IncompleteReport: with ``strict``, after writing, when a run was skipped or there
+            was none.
     """
     out = Path(out_dir)
     results = load.load(results_dir, sweeps)
@@ -45,4 +48,11 @@ def make_report(
     path.write_text(markdown.report(computed, shown, str(results_dir), sweeps, n_boot, seed, out))
     if computed.model_check:
         print(computed.model_check)
+    if strict and (results.skipped or computed.table.empty):
+        left_out = f"{len(results.skipped)} run(s) skipped" if results.skipped else "no runs"
+        raise IncompleteReport(f"{path}: {left_out} (--strict)")
     return path
+
+
+class IncompleteReport(Exception):
+    """A strict report that left runs out or had none; the message says which."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "bench/drafts.py", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+
+
+def _preflight(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "harness.preflight", *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
 
 
@@ -68,3 +74,18 @@ def test_each_draft_gets_its_acceptance_costs_and_predicted_speedup(
     assert again.returncode == 0, again.stderr
     assert "calibration " not in again.stdout
     assert row in again.stdout.splitlines()
+
+    # pre-flight refuses what the harness would refuse, in one line: another vocabulary
+    # size, and a config.json the weights do not fit
+    for key, value, message in (
+        ("vocab_size", 64, "vocab_size {} differs from target"),
+        ("hidden_size", 128, "its weights do not load"),
+    ):
+        bad = shutil.copytree(draft, tmp_path / key)
+        config = json.loads((bad / "config.json").read_text())
+        (bad / "config.json").write_text(json.dumps({**config, key: config[key] + value}))
+        run = _preflight(str(run_dir), "--draft", str(bad), "--ks", "1")
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1, run.stderr[-2000:]
+        expected = message.format(config[key] + value)
+        assert lines[0].startswith(f"error: draft={bad}: ") and expected in lines[0], lines

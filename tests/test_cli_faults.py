@@ -15,7 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+from test_reaper import all_gone, engine_core_started
 
 from harness import results
 
@@ -42,10 +44,22 @@ def _one_error(run: subprocess.CompletedProcess) -> str:
         ("foo=1", "error: foo=1: unknown key (the config has experiment,"),
         ("+foo=1", "error: foo=1: unknown key"),
         ("+spec.k=3", "error: +spec.k=3: spec.k exists; set it without +"),
+        ("repeat=5", "error: repeat=5: set by the harness for each of repeats=N runs"),
+        ("~spec.k", "error: ~spec.k: keys cannot be deleted; set a value instead"),
+        ("sweep=../../escaped", "error: sweep=../../escaped: must be a folder name inside"),
+        ("temperature=inf", "error: temperature=inf: must be a finite number >= 0"),
     ],
 )
 def test_type_errors_and_unknown_keys_are_one_line(override, message, tmp_path):
     assert _one_error(_harness(override, f"results_dir={tmp_path}")).startswith(message)
+
+
+def test_calibrate_checks_what_the_harness_checks_before_any_engine(tiny_pair, tmp_path):
+    command = [sys.executable, "-m", "harness.calibrate", f"models.targets.cot={tiny_pair[0]}",
+               "models.drafts.cot=/nonexistent", "variant=cot_sd", "spec.k=1",
+               f"results_dir={tmp_path}"]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert _one_error(run) == "error: models.drafts.cot=/nonexistent: model directory not found"
 
 
 def test_a_bad_value_inside_a_multirun_is_refused_not_dropped(tmp_path):
@@ -166,6 +180,23 @@ def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides
         f"{sweep}" in err
     )
     assert results.read_summary(sweep / "cot-synth_easy-k0-c1-s0-t0-n8") is not None
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_engine_start_up_stops_the_harness_and_its_engine(tiny_overrides):
+    proc = _start([*tiny_overrides, "variant=cot", "calibrate=false"])
+    deadline = time.monotonic() + 120
+    while not engine_core_started(proc.pid):  # vLLM's engine process is up; LLM(...) builds
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=120)
+    err = err.decode(errors="replace")
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "interrupted: job cot-synth_easy-k0-c1-s0-t0-n3 stopped" in err
+    assert all_gone(tree, 15) == []
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Dataset loaders on small local files in the original formats."""
 
 import json
+import re
 
 import pytest
 
@@ -90,6 +91,18 @@ def test_unreachable_hub_says_what_to_set(monkeypatch):
     cfg = dataset(source="gsm8k", hf_id="draftbench-test/does-not-exist", hf_config="main")
     with pytest.raises(DatasetError, match=r"set dataset\.path="):
         load_problems(cfg)
+
+
+def test_a_path_that_cannot_be_read_as_problems_says_why(tmp_path):
+    with pytest.raises(
+        DatasetError, match=rf"dataset\.path={re.escape(str(tmp_path))}: a directory; name one"
+    ):
+        load_problems(dataset(source="gsm8k", path=str(tmp_path)))
+    synthetic = dataset(name="synth_easy", source="synth", path=str(tmp_path / "x.jsonl"))
+    with pytest.raises(
+        DatasetError, match=r"dataset synth_easy is generated \(synthetic\), not read"
+    ):
+        load_problems(synthetic)
 
 
 def test_limit_spreads_evenly_and_keeps_order():
