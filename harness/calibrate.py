@@ -36,6 +36,7 @@ sweep only starts the engines no job ran: each draft model as a plain target.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -51,7 +52,7 @@ CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not
 PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 96
 REQUESTS_PER_SLOT = 3  # requests per concurrency slot
-UNDRAFTED_STEPS = "timed apart"  # in the identity of a model-free proposer's measurement
+UNDRAFTED_STEPS = "timed apart, checked against noise"  # in a model-free proposer's identity
 PROMPT_TEXT = "Think step by step. 12 + 7 = 19, 19 * 3 = 57, 57 - 8 = 49. #### 49\n"
 
 
@@ -66,6 +67,7 @@ class Timing:
     undrafted: int = 0
     multi_s: float = 0.0
     multi: int = 0
+    multi_sq: float = 0.0  # sum of the squared durations of those steps (their spread)
 
 
 def decode_timing(first_token_ts: float, last_token_ts: float, units: int) -> Timing:
@@ -87,6 +89,7 @@ def step_timing(stream: Sequence[tuple[float, int]], drafted: int) -> Timing:
         undrafted=max(len(durations) - drafted, 0),
         multi_s=sum(multi),
         multi=len(multi),
+        multi_sq=sum(d * d for d in multi),
     )
 
 
@@ -108,7 +111,11 @@ def step_costs(timings: Iterable[Timing]) -> tuple[float | None, float | None]:
     With no undrafted step (a draft model drafts at every step) the first is decode time /
     verify steps. Otherwise a verify step is priced by the steps that emitted two or more
     tokens (drafted: what a step costs does not depend on how many drafts pass) and the
-    undrafted steps get the rest of the decode time; None where the data cannot tell.
+    undrafted steps get the rest of the decode time; None where the data cannot tell. The
+    rest is the verify steps' noise times units / undrafted steps, so it prices a step only
+    when it lies more than two standard errors above 0 and no more than two above a verify
+    step (a step without drafts runs the target on one token, a verify step on K + 1);
+    else the cost model charges those steps the target's calibrated time per token.
     """
     timings = list(timings)
     undrafted = sum(t.undrafted for t in timings)
@@ -118,8 +125,13 @@ def step_costs(timings: Iterable[Timing]) -> tuple[float | None, float | None]:
     if not multi:
         return None, None
     drafted_s = sum(t.multi_s for t in timings) / multi
-    rest = sum(t.decode_s for t in timings) - drafted_s * sum(t.units for t in timings)
-    return drafted_s, rest / undrafted
+    units = sum(t.units for t in timings)
+    undrafted_s = (sum(t.decode_s for t in timings) - drafted_s * units) / undrafted
+    if multi < 2:
+        return drafted_s, None
+    variance = max(sum(t.multi_sq for t in timings) / multi - drafted_s**2, 0.0)
+    noise = 2 * math.sqrt(variance / (multi - 1)) * units / undrafted
+    return drafted_s, undrafted_s if noise < undrafted_s <= drafted_s + noise else None
 
 
 @dataclass(frozen=True)

@@ -293,7 +293,8 @@ def _losses(requests: pd.DataFrame) -> pd.DataFrame:
 
 def _quantiles(ok: pd.DataFrame) -> pd.DataFrame:
     """Per group: p50/p90/p99 of TTFT, TPOT and e2e over requests, and of ITL over gaps
-    (each request's gaps taken equal to its TPOT, so a request weighs output tokens - 1)."""
+    (each request's output tokens - 1 gaps taken equal to its TPOT); every percentile
+    interpolates linearly (numpy's default, as vLLM's benchmarks)."""
     grouped = ok.groupby(list(GROUP), sort=True, dropna=False)
     parts = [
         grouped[f"{m}_s"].quantile(list(QUANTILES)).unstack().set_axis(
@@ -302,15 +303,22 @@ def _quantiles(ok: pd.DataFrame) -> pd.DataFrame:
     ]  # fmt: skip
     itl = {}
     for key, g in ok.dropna(subset=["tpot_s"]).groupby(list(GROUP), sort=True, dropna=False):
-        order = np.argsort(g["tpot_s"].to_numpy(), kind="stable")
-        gap, weight = g["tpot_s"].to_numpy()[order], g["output_tokens"].to_numpy()[order] - 1.0
-        cum = np.cumsum(weight)
-        at = np.minimum(np.searchsorted(cum, np.array(QUANTILES) * cum[-1]), len(gap) - 1)
-        itl[key] = gap[at]
+        gaps = np.repeat(g["tpot_s"].to_numpy(), g["output_tokens"].to_numpy().astype(int) - 1)
+        itl[key] = np.percentile(gaps, [100 * q for q in QUANTILES])
     names = [f"itl_p{round(100 * q)}_s" for q in QUANTILES]
     index = pd.MultiIndex.from_tuples(list(itl), names=list(GROUP)) if itl else None
     parts.append(pd.DataFrame(list(itl.values()), index=index, columns=names))
     return pd.concat(parts, axis=1)
+
+
+def _short_proposals(ok: pd.DataFrame) -> pd.DataFrame:
+    """Per group: ``n_short_proposals``, K > 0 requests with fewer drafts than K per verify
+    step (prompt lookup can propose fewer when fewer tokens follow its match); position
+    statistics count every step as K drafts, so they undercount acceptance past a short
+    proposal there."""
+    short = (ok["k"] > 0) & (ok["num_draft_tokens"] < ok["k"] * ok["num_spec_steps"])
+    frame = ok[list(GROUP)].assign(n_short_proposals=short.astype(int))
+    return frame.groupby(list(GROUP), sort=True, dropna=False).sum()
 
 
 def _answers(ok: pd.DataFrame) -> pd.DataFrame:
@@ -408,7 +416,7 @@ def aggregate(
     table = stats.merge(
         df.groupby(list(GROUP), dropna=False).size().rename("n_requests").reset_index(), on=GROUP
     )
-    extras = (_quantiles(ok), _answers(ok), _losses(requests), _repeats(df))
+    extras = (_quantiles(ok), _answers(ok), _short_proposals(ok), _losses(requests), _repeats(df))
     for extra in (*(e.reset_index() for e in extras), _run_stats(runs, stats), speedups):
         table = table.merge(extra, on=list(GROUP), how="left")
     base_tp = table[table["k"] == 0].groupby(list(BASELINE), dropna=False)["throughput_tok_s"]

@@ -201,7 +201,8 @@ def fit(
     spec = table[(table["k"] > 0) & (table["draft"] != "none")]
     if spec.empty:
         return pd.DataFrame(columns=COLUMNS)
-    by_config = aggregate.blocks(aggregate.with_sums(requests[requests["k"] > 0]), CONFIG)
+    spec_requests = aggregate.answered(requests[requests["k"] > 0])  # as every statistic
+    by_config = aggregate.blocks(aggregate.with_sums(spec_requests), CONFIG)
     rows = []
     for key, groups in spec.groupby(list(CONFIG), sort=True, dropna=False):
         labels = dict(zip(CONFIG, key, strict=True))

@@ -261,6 +261,11 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         if r.get("n_truncated_fallback_correct", 0):
             notes.append(f"- {name}: {num(r['n_truncated_fallback_correct'], 0)} truncated "
                          "answer(s) graded correct by a fallback extractor")  # fmt: skip
+        if r.get("n_short_proposals", 0):
+            notes.append(f"- {name}: {num(r['n_short_proposals'], 0)} request(s) had verify "
+                         "steps with fewer than K drafts; its per-position acceptance counts "
+                         "K drafts a step, so positions past a short proposal count as "
+                         "rejected")  # fmt: skip
         if r.get("speedup_note"):
             notes.append(f"- {name}: {r['speedup_note']}")
     out += ["Notes:", "", *notes, ""] if notes else []

@@ -51,6 +51,30 @@ def test_prompt_lookup_steps_without_drafts_are_priced_apart_from_verify_steps()
     assert per_unit_s([timing]) == pytest.approx(verify + 2 * plain / 3)
 
 
+def _timing(verify: list[float], undrafted: list[float], units: int) -> calibrate.Timing:
+    """``units`` verify steps whose drafted ones took ``verify``, and steps without drafts."""
+    mean = sum(verify) / len(verify)
+    return calibrate.Timing(
+        decode_s=mean * units + sum(undrafted), units=units, undrafted=len(undrafted),
+        multi_s=sum(verify), multi=len(verify), multi_sq=sum(v * v for v in verify),
+    )  # fmt: skip
+
+
+def test_a_rest_within_the_verify_steps_noise_leaves_steps_without_drafts_unpriced():
+    steady = [0.009] * 20  # verify steps of 9 ms with no spread: any rest is a step's time
+    assert calibrate.step_costs([_timing(steady, [0.004] * 2, 20)]) == pytest.approx((0.009, 0.004))
+    # 9 ms +- 1 ms over 20 verify steps: the rest's standard error per step without drafts
+    # is about 1 ms / sqrt(19) x 20 / 2 = 2.3 ms, and 4 ms is within two of them
+    noisy = [0.008, 0.010] * 10
+    assert calibrate.step_costs([_timing(noisy, [0.004] * 2, 20)]) == (pytest.approx(0.009), None)
+    assert calibrate.step_costs([_timing(noisy, [0.004] * 40, 20)]) == pytest.approx(
+        (0.009, 0.004)
+    )  # many steps without drafts: the rest is well measured
+    # a rest below 0, or above a verify step by more than the noise, is not a step's time
+    assert calibrate.step_costs([_timing(steady, [-0.001] * 2, 20)])[1] is None
+    assert calibrate.step_costs([_timing(steady, [0.030] * 2, 20)])[1] is None
+
+
 def test_a_draft_model_drafts_every_step_so_all_steps_price_a_verify_step():
     timing = calibrate.step_timing(_stream([(0.010, 1), (0.012, 4), (0.011, 2)]), drafted=3)
     assert timing.undrafted == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -51,6 +52,45 @@ def test_statistics_equal_hand_computed_values(hand):
     assert spec["alpha"] == pytest.approx(15 / 22)
     assert np.isnan(base["acceptance_rate"])  # no drafts at K = 0
     assert spec["n_problems"] == 4 and spec["n_requests"] == 4 and spec["n_runs"] == 1
+
+
+def test_every_latency_percentile_interpolates_linearly_as_vllm_does(hand):
+    r, _ = hand
+    two = r.requests[r.requests["k"] == 0].head(2)
+    # two requests of one gap each: ITL gaps 1 s and 2 s, as TTFT, TPOT and e2e
+    two = two.assign(ttft_s=[1.0, 2.0], tpot_s=[1.0, 2.0], e2e_s=[1.0, 2.0], output_tokens=[2, 2])
+    (row,) = aggregate._quantiles(two).to_dict("records")
+    for m in ("ttft", "tpot", "e2e", "itl"):
+        assert [row[f"{m}_p{p}_s"] for p in (50, 90, 99)] == pytest.approx([1.5, 1.9, 1.99]), m
+    # ITL weighs a request by its gaps: 1 gap of 1 s and 3 of 2 s
+    four = two.assign(output_tokens=[2, 4])
+    (row,) = aggregate._quantiles(four).to_dict("records")
+    assert row["itl_p50_s"] == 2.0 and row["tpot_p50_s"] == 1.5
+
+
+def test_requests_with_fewer_drafts_than_k_per_step_are_counted_and_noted(hand):
+    from reports import markdown
+
+    r, _ = hand
+    requests = r.requests.copy()
+    first = requests.index[requests["k"] == 2][0]
+    requests.loc[first, "num_draft_tokens"] -= 1  # one step proposed 1 draft, not 2
+    built = tables.build_tables(dataclasses.replace(r, requests=requests), n_boot=50)
+    t = built.table.set_index("k")
+    assert t.loc[2, "n_short_proposals"] == 1 and t.loc[0, "n_short_proposals"] == 0
+    notes = "\n".join(markdown._trust(built.table, built.runs))
+    assert "1 request(s) had verify steps with fewer than K drafts" in notes
+
+
+def test_the_fitted_a_leaves_failed_requests_out_as_every_statistic_does(hand):
+    r, _ = hand
+    requests = r.requests.copy()
+    first = requests.index[requests["k"] == 2][0]
+    requests.loc[first, "finish_reason"] = "abort"
+    t = tables.build_tables(dataclasses.replace(r, requests=requests), n_boot=50)
+    alpha = t.table.set_index("k").loc[2, "alpha"]
+    assert alpha != pytest.approx(15 / 22)  # the failed request's steps are out
+    assert t.fits.iloc[0]["alpha"] == pytest.approx(alpha)
 
 
 def test_speedups_are_baseline_over_variant(hand):
