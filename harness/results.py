@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 import types
 import typing
@@ -184,6 +185,7 @@ def lock_sweep(sweep: Path) -> None:
         return
     try:
         sweep.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=sweep).close()  # new entries, not only the lock file
         fd = os.open(sweep / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise ConfigError(f"results_dir: cannot write {sweep} ({exc.strerror})") from None

@@ -48,10 +48,29 @@ def _one_error(run: subprocess.CompletedProcess) -> str:
         ("~spec.k", "error: ~spec.k: keys cannot be deleted; set a value instead"),
         ("sweep=../../escaped", "error: sweep=../../escaped: must be a folder name inside"),
         ("temperature=inf", "error: temperature=inf: must be a finite number >= 0"),
+        ("hydra.foo=1", "error: hydra.foo=1: Key 'foo' not in 'HydraConf'"),
     ],
 )
 def test_type_errors_and_unknown_keys_are_one_line(override, message, tmp_path):
     assert _one_error(_harness(override, f"results_dir={tmp_path}")).startswith(message)
+
+
+def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_path):
+    sweep = tmp_path / "tiny"
+    sweep.mkdir()
+    (sweep / results.LOCK).touch()  # an earlier sweep's lock file: only new entries fail
+    # root ignores permission bits: the immutable flag stops it (chattr, ext4 and others)
+    seal, unseal = (["chattr", "+i"], ["chattr", "-i"]) if os.geteuid() == 0 else (
+        ["chmod", "555"], ["chmod", "755"])  # fmt: skip
+    if subprocess.run([*seal, str(sweep)], capture_output=True).returncode:
+        pytest.skip(f"{seal[0]} cannot seal {sweep} here")
+    try:
+        run = _harness("variant=cot", f"results_dir={tmp_path}")
+        multirun = _harness("-m", "variant=cot", "dataset=synth_easy", f"results_dir={tmp_path}")
+    finally:
+        subprocess.run([*unseal, str(sweep)], check=True)
+    for bad in (run, multirun):
+        assert _one_error(bad).startswith(f"error: results_dir: cannot write {sweep} (")
 
 
 def test_calibrate_checks_what_the_harness_checks_before_any_engine(tiny_pair, tmp_path):
