@@ -220,13 +220,13 @@ def check_overrides(overrides: list[str]) -> None:
         if group and not o.is_hydra_override() and not o.is_delete()
     ]
     cfg = compose_config(groups)
+    hydra_groups = [str(o.input_line) for o, group in zip(parsed, is_group, strict=True)
+                    if group and o.is_hydra_override() and not o.is_sweep_override()]  # fmt: skip
     for o, group in zip(parsed, is_group, strict=True):
         if o.is_delete() and not group and not o.is_hydra_override():
             raise ConfigError(f"{o.input_line}: keys cannot be deleted; set a value instead")
         if o.is_hydra_override() and not group and not o.is_sweep_override():
             try:
-                hydra_groups = [str(h.input_line) for h, g in zip(parsed, is_group, strict=True)
-                                if g and h.is_hydra_override() and not h.is_sweep_override()]  # fmt: skip
                 compose_config([*groups, *hydra_groups, o.input_line], return_hydra_config=True)
             except Exception as exc:  # Hydra's composition error, caused by OmegaConf's
                 cause = str(exc.__cause__ or exc).strip().splitlines() or [type(exc).__name__]
