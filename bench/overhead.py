@@ -71,7 +71,7 @@ def measure_overhead(args: argparse.Namespace, results_dir: Path) -> list[float]
     ratios = []
     for i in range(args.rounds):
         bare = bare_tokens_per_s(engine.llm, prompts, job.sampling_params())
-        records, wall = run(job, engine.llm, progress=True)
+        records, wall, _ = run(job, engine.llm, progress=True)
         harness = tokens_per_s(sum(r.output_tokens for r in records), wall)
         ratios.append(harness / bare)
         print(

@@ -13,7 +13,9 @@
    with draftbench's engine arguments against draftbench on random prompts of the same
    length with ``ignore_eos`` at the same sampling, on SmolLM2 at K = 0 and with ngram.
    Both sides time whole requests: per-token latency = latency / output length
-   (draftbench: its e2e, from arrival to the last token, / output tokens).
+   (draftbench: its e2e, from arrival to the last token, / output tokens). The sides take
+   turns round by round (A B, B A, ...), and the ratio is the median of the rounds' own
+   ratios, so it compares two measurements minutes apart, not the machine's hours.
 
 The last lines are ``hf_assisted_ratio=<draftbench tokens/s / HF tokens/s>`` and
 ``vllm_bench_latency_ratio=<draftbench per-token latency / vllm bench latency's>``.
@@ -73,7 +75,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-len", type=int, default=32, help="latency output tokens")
     parser.add_argument("--latency-iters", type=int, default=8, help="timed requests per round")
     parser.add_argument("--latency-warmup", type=int, default=2, help="untimed requests per round")
-    parser.add_argument("--latency-rounds", type=int, default=2, help="bench / draftbench turns")
+    parser.add_argument("--latency-rounds", type=int, default=4, help="bench / draftbench turns")
     parser.add_argument("--ngram-k", type=int, default=2, help="ngram K for part 2; 0 skips it")
 
 
@@ -171,7 +173,7 @@ def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) ->
         tic = time.perf_counter()
         hf_ids = [hf_generate(model, assistant, p, args.max_tokens) for p in prompts]
         hf_wall = time.perf_counter() - tic
-        records, wall = run(job, engine.llm, progress=False)
+        records, wall, _ = run(job, engine.llm, progress=False)
         tokens = sum(len(x) for x in hf_ids), sum(r.output_tokens for r in records)
         hf_tok, hf_s, vllm_tok, vllm_s = (
             hf_tok + tokens[0],
@@ -301,24 +303,29 @@ def compare_latency(args: argparse.Namespace, target: str, k: int, tmp: Path) ->
         f"output {args.output_len} tokens, batch 1 =="
     )
     bench, ours, tpots = [], [], []
-    for i in range(args.latency_rounds):
+    for i in range(args.latency_rounds):  # A B, B A, ...: each side first in half the rounds
         engines.clear()  # one engine at a time on the shared cores
-        bench.append(bench_latency(args, spec, tmp / f"latency_{k}_{i}.json"))
-        e2e, tpot = draftbench_latency(args, spec)
-        ours.append(e2e)
-        tpots.append(tpot)
+        for side in ("bench", "ours") if i % 2 == 0 else ("ours", "bench"):
+            if side == "bench":
+                bench.append(bench_latency(args, spec, tmp / f"latency_{k}_{i}.json"))
+            else:
+                e2e, tpot = draftbench_latency(args, spec)
+                ours.append(e2e)
+                tpots.append(tpot)
+                engines.clear()
         print(
             f"round {i + 1}: vllm bench latency {bench[-1] / args.output_len * 1000:.2f} ms/token, "
-            f"draftbench e2e/N {e2e / args.output_len * 1000:.2f} ms/token "
-            f"(TPOT {tpot * 1000:.2f} ms)"
+            f"draftbench e2e/N {ours[-1] / args.output_len * 1000:.2f} ms/token "
+            f"(TPOT {tpots[-1] * 1000:.2f} ms), ratio {ours[-1] / bench[-1]:.3f}"
         )
     engines.clear()
-    ratio = statistics.fmean(ours) / statistics.fmean(bench)
+    ratio = statistics.median(o / b for o, b in zip(ours, bench, strict=True))
     print(
         f"per-token latency (latency / output tokens): vllm bench latency "
         f"{statistics.fmean(bench) / args.output_len * 1000:.2f} ms, draftbench "
-        f"{statistics.fmean(ours) / args.output_len * 1000:.2f} ms, ratio {ratio:.3f}; "
-        f"draftbench TPOT (after the first token) {statistics.fmean(tpots) * 1000:.2f} ms"
+        f"{statistics.fmean(ours) / args.output_len * 1000:.2f} ms; median of the rounds' "
+        f"ratios {ratio:.3f}; draftbench TPOT (after the first token) "
+        f"{statistics.fmean(tpots) * 1000:.2f} ms"
     )
     return ratio
 

@@ -39,7 +39,7 @@ import json
 import math
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,9 @@ class Measurement:
     per_unit_s: float | None
     undrafted: int = 0
     undrafted_step_s: float | None = None
+    # K > 0 on an interleaved job: the plain target's seconds per token, measured on the
+    # job's baseline engine right before (the same window as ``per_unit_s``)
+    baseline_per_unit_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -185,12 +188,13 @@ def cache_key(entry: Entry) -> str:
     return json_digest(identity(entry), default=str)
 
 
-def job_entry(cfg: Any) -> Entry:
-    """The engine spec of a composed job config, under the job's model names."""
+def job_entry(cfg: Any, spec: Any = None) -> Entry:
+    """The engine spec of a composed job config (``spec`` when given: the one the job
+    runs), under the job's model names."""
     from harness.engine import EngineSpec
     from harness.runner import speculator
 
-    spec = EngineSpec.from_config(cfg)
+    spec = spec or EngineSpec.from_config(cfg)
     return Entry(cfg.models.targets[cfg.variant.target], speculator(cfg), spec.k, spec)
 
 
@@ -287,25 +291,46 @@ def read(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def reference(llm: Any, tokenizer: Any, k: int) -> float | None:
+    """The drift sentinel: seconds per unit of the fixed requests at concurrency 1."""
+    return measure(llm, tokenizer, k, 1).per_unit_s
+
+
 def calibrate(
-    entry: Entry, concurrencies: Sequence[int], out_dir: Path, force: bool, llm: Any = None
+    entry: Entry,
+    concurrencies: Sequence[int],
+    out_dir: Path,
+    force: bool,
+    llm: Any = None,
+    baseline: Any = None,
 ) -> Path:
     """Measure ``entry`` at the concurrencies its cache file lacks, on ``llm`` when given
-    (the entry's live engine), else on an engine started only then; returns the file."""
+    (the entry's live engine), else on an engine started only then; returns the file.
+
+    ``baseline`` (K > 0: the live plain engine of the entry's target) is measured right
+    before each concurrency, and a cached measurement without it is taken again.
+    """
     from harness import engine as engines
     from harness.checks import load_tokenizer
 
     path = out_dir / f"{cache_key(entry)}.json"
     cached = None if force else read(path)
     done = {int(c): m for c, m in (cached or {}).get("measurements", {}).items()}
-    todo = [c for c in sorted(concurrencies) if c not in done]
+    paired = baseline is not None and entry.k > 0
+    todo = [
+        c
+        for c in sorted(concurrencies)
+        if c not in done or (paired and done[c].get("baseline_per_unit_s") is None)
+    ]
     if not todo:
         return path
     if llm is None:
         llm = engines.get(entry.spec)[0].llm
     tokenizer = load_tokenizer(entry.spec.target)
     for concurrency in todo:
-        measured = measure(llm, tokenizer, entry.k, concurrency)
+        plain = measure(baseline, tokenizer, 0, concurrency).per_unit_s if paired else None
+        measured = replace(measure(llm, tokenizer, entry.k, concurrency),
+                           baseline_per_unit_s=plain)  # fmt: skip
         done[concurrency] = asdict(measured)
         print(f"calibration {entry.target} draft={entry.draft} K={entry.k} "
               f"concurrency={concurrency}: {describe(measured, entry.k)}")  # fmt: skip
@@ -331,11 +356,13 @@ def replace_stale(path: Path, record: dict[str, Any]) -> Path:
     return path
 
 
-def on_live_engine(cfg: Any, llm: Any) -> None:
-    """Calibrate a job's engine, live as ``llm``, at the job's concurrency unless measured."""
+def on_live_engine(cfg: Any, spec: Any, llm: Any, baseline: Any = None) -> None:
+    """Calibrate a job's engine ``spec``, live as ``llm``, at the job's concurrency unless
+    measured (``baseline``: the live plain engine an interleaved job runs beside)."""
     from harness.results import sweep_dir
 
-    calibrate(job_entry(cfg), [cfg.concurrency], sweep_dir(cfg) / CALIBRATION, False, llm)
+    out = sweep_dir(cfg) / CALIBRATION
+    calibrate(job_entry(cfg, spec), [cfg.concurrency], out, False, llm, baseline)
 
 
 def save(path: Path, record: dict[str, Any]) -> Path:
@@ -347,7 +374,9 @@ def save(path: Path, record: dict[str, Any]) -> Path:
 def table(sweep_dir: Path) -> list[dict[str, Any]]:
     """One row per cached (engine spec, concurrency) of a sweep: target, draft, k,
     concurrency, per_unit_s (seconds per token at K = 0, per verify step with drafts at
-    K > 0), undrafted_step_s (per engine step without drafts; None when none ran)."""
+    K > 0), undrafted_step_s (per engine step without drafts; None when none ran),
+    baseline_per_unit_s (the plain target's seconds per token in the same window; None
+    unless measured beside an interleaved job's baseline)."""
     rows = []
     for path in sorted((sweep_dir / CALIBRATION).glob("*.json")):
         record = read(path)
@@ -355,7 +384,8 @@ def table(sweep_dir: Path) -> list[dict[str, Any]]:
             rows.append({"target": record["target"], "draft": record["draft"],
                          "k": record["k"], "concurrency": int(c),
                          "per_unit_s": m["per_unit_s"],
-                         "undrafted_step_s": m.get("undrafted_step_s")})  # fmt: skip
+                         "undrafted_step_s": m.get("undrafted_step_s"),
+                         "baseline_per_unit_s": m.get("baseline_per_unit_s")})  # fmt: skip
     return rows
 
 

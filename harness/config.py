@@ -24,6 +24,9 @@ PROMPT_STYLES = ("direct", "cot", "cod")
 # vLLM speculative methods: a draft model (the variant's ``draft``) or model-free prompt lookup
 SPEC_METHODS = ("draft_model", "ngram")
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")  # vLLM's SpeculativeConfig.draft_sample_method
+# interleaved: a plain engine of the job's target runs the same problems alongside
+# (``harness.pairing``); sequential: the job's engine alone
+PAIRINGS = ("interleaved", "sequential")
 
 
 class ConfigError(ValueError):
@@ -117,6 +120,7 @@ class Config:
     warmup: int = 1  # unrecorded warm-up rounds per job, min(concurrency, problems) prompts each
     repeats: int = 1  # runs of each job, seeds seed, seed+1, ... (same problems)
     repeat: int = 0  # which of those runs this is (set by the harness)
+    pairing: str = "interleaved"  # interleaved | sequential (harness.pairing)
     results_dir: str = "results"
     datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     sweep: str = "${experiment}"
@@ -343,6 +347,7 @@ def validate(cfg: Any) -> None:
     check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")
     check(cfg.warmup >= 0, "warmup", cfg.warmup, "must be >= 0 (0 = no warm-up)")
     check(cfg.repeats >= 1, "repeats", cfg.repeats, "must be >= 1")
+    check_choice("pairing", cfg.pairing, PAIRINGS)
     check_choice("spec.draft_sample_method", cfg.spec.draft_sample_method, DRAFT_SAMPLE_METHODS)
     check(
         cfg.concurrency <= cfg.engine.max_num_seqs,

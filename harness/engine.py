@@ -3,10 +3,10 @@
 An engine is ``vllm.LLM(target, speculative_config={"method": ..., ...})`` built from
 an :class:`EngineSpec`; the method is a draft model or model-free prompt lookup (ngram).
 Jobs of a multirun that share a spec (different datasets, seeds, limits, temperatures,
-concurrency) reuse one engine; :func:`get` with another spec shuts the live engine down
-first, so only one exists and its memory returns. Seeds are per request
-(``SamplingParams.seed``), so they are not part of the spec. :func:`clear` shuts down the
-live engine (tests call it).
+concurrency) reuse one engine; :func:`get_all` keeps the live engines a job asks for (an
+interleaved job asks for two: its own and its target's plain engine) and shuts the others
+down first, so their memory returns. Seeds are per request (``SamplingParams.seed``), so
+they are not part of the spec. :func:`clear` shuts down every live engine (tests call it).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness import reaper
@@ -72,6 +72,15 @@ class EngineSpec:
         """One model without a draft (k = 0); ``settings`` is the ``engine`` config group."""
         return cls(resolve_model(model), None, 0, tuple(sorted(settings.items())))
 
+    def sharing(self, engines: int) -> EngineSpec:
+        """This spec as one of ``engines`` engines on the same GPUs: each with that share of
+        ``gpu_memory_utilization`` (vLLM claims it per engine); unchanged on CPU."""
+        s = dict(self.settings)
+        if s["device"] != "cuda" or engines == 1:
+            return self
+        s["gpu_memory_utilization"] = s["gpu_memory_utilization"] / engines
+        return replace(self, settings=tuple(sorted(s.items())))
+
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``vllm.LLM`` for this spec."""
         s = dict(self.settings)
@@ -116,7 +125,7 @@ class Engine:
     watchdog: subprocess.Popen  # kills the engine's processes if this process is killed
 
 
-_live: Engine | None = None
+_live: list[Engine] = []
 _launches = 0
 
 
@@ -126,11 +135,44 @@ def launches() -> int:
 
 
 def get(spec: EngineSpec) -> tuple[Engine, bool]:
-    """The engine for ``spec`` and whether it was reused; starts (and warms up) one if needed."""
-    global _live, _launches
-    if _live is not None and _live.spec == spec:
-        return _live, True
-    clear()
+    """The engine for ``spec`` and whether it was reused (:func:`get_all` of one spec)."""
+    return get_all((spec,))[0]
+
+
+def get_all(specs: Sequence[EngineSpec]) -> list[tuple[Engine, bool]]:
+    """One live engine per entry of ``specs`` (a spec listed twice gets two instances) and
+    whether each was reused; live engines not asked for shut down first, so their memory
+    returns before a new one starts (each started engine is warmed up). Only the engine
+    started last keeps vLLM's engine counters (``LLM.get_metrics``)."""
+    global _live
+    keep: list[Engine] = []
+    for engine in _live:
+        wanted = sum(s == engine.spec for s in specs) - sum(e.spec == engine.spec for e in keep)
+        if wanted > 0:
+            keep.append(engine)
+    for engine in _live:
+        if all(engine is not e for e in keep):
+            _shutdown(engine)
+    _live = keep
+    out: list[tuple[Engine, bool] | None] = [None] * len(specs)
+    free = list(keep)
+    for i, spec in enumerate(specs):
+        engine = next((e for e in free if e.spec == spec), None)
+        if engine is not None:
+            free.remove(engine)
+            out[i] = (engine, True)
+    # the first spec starts last: a new engine unregisters the Prometheus counters of the
+    # engines before it (vLLM keeps one set per process), and the job reads its own
+    for i in reversed(range(len(specs))):
+        if out[i] is None:
+            engine = _start(specs[i])
+            _live.append(engine)
+            out[i] = (engine, False)
+    return [item for item in out if item is not None]
+
+
+def _start(spec: EngineSpec) -> Engine:
+    global _launches
     from vllm import LLM, SamplingParams
 
     os.environ.update(spec.env() | {reaper.OWN_GROUP_ENV: "1"})
@@ -146,9 +188,8 @@ def get(spec: EngineSpec) -> tuple[Engine, bool]:
         raise
     warmup = SamplingParams(temperature=0.0, max_tokens=WARMUP_TOKENS, ignore_eos=True)
     llm.generate([{"prompt_token_ids": [0, 1, 2, 3]}], warmup, use_tqdm=False)
-    _live = Engine(spec, llm, time.perf_counter() - tic, watchdog)
     _launches += 1
-    return _live, False
+    return Engine(spec, llm, time.perf_counter() - tic, watchdog)
 
 
 @contextlib.contextmanager
@@ -184,11 +225,14 @@ def _interruptible_start(keep: set[int]) -> Iterator[None]:
 
 
 def clear() -> None:
-    """Shut down the live engine (if any) and release its memory."""
+    """Shut down every live engine and release its memory."""
     global _live
-    if _live is None:
-        return
-    engine, _live = _live, None
+    engines, _live = _live, []
+    for engine in engines:
+        _shutdown(engine)
+
+
+def _shutdown(engine: Engine) -> None:
     engine.llm.llm_engine.engine_core.shutdown()
     reaper.stop(engine.watchdog)
     del engine

@@ -1,14 +1,14 @@
 """One job end to end: skip if complete, prepare, engine, run, summarise, save.
 
-Compute (``runner``), summarise (here) and save (``results``) stay separate; this
-module only wires them. Engine counters are read before and after the job, because
-the engine is reused across the jobs of a multirun.
+Compute (``runner``, which also reads the engine's counters around the job's requests:
+the engine is reused across the jobs of a multirun), summarise (here) and save
+(``results``) stay separate; this module only wires them.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,30 @@ def summarize(
     )
 
 
+class Reference:
+    """The drift sentinel of one job: the fixed calibration requests
+    (:func:`harness.calibrate.reference`) timed on one engine at the job's start and end,
+    on its baseline engine when interleaved (the plain target, the same across the
+    target's jobs), else on its own."""
+
+    def __init__(self, job: PreparedJob, llm: Any):
+        from harness.checks import load_tokenizer
+
+        self.llm, self.tokenizer = llm, load_tokenizer(job.spec.target)
+        self.k = 0 if job.baseline is not None else job.info.k
+        self.engine = "baseline" if job.baseline is not None else "job"
+        self.start_s = calibrate.reference(llm, self.tokenizer, self.k)
+        self.end_s: float | None = None
+
+    def end(self) -> None:
+        """Time the reference again, after the job's requests."""
+        self.end_s = calibrate.reference(self.llm, self.tokenizer, self.k)
+
+    def to_row(self) -> dict[str, Any]:
+        """The summary's ``reference``: engine, k, start_s and end_s (seconds per unit)."""
+        return {"engine": self.engine, "k": self.k, "start_s": self.start_s, "end_s": self.end_s}
+
+
 def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> RunSummary | None:
     """Run one composed job config and save its results; None when skipped as complete.
 
@@ -115,19 +139,24 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
         print(f"re-running {name}: {', '.join(changed)} changed")
     elif changed is None and not cfg.force and (job_dir / results.SUMMARY).exists():
         print(f"re-running {name}: its stored results are incomplete or do not read back")
-    engine, reused = engines.get(job.spec)
+    live = engines.get_all(job.specs)
+    (engine, reused), baseline = live[0], (live[1][0].llm if len(live) > 1 else None)
     try:
-        warm_up(job, engine.llm)
+        for llm in (engine.llm, baseline)[: len(live)]:
+            warm_up(job, llm)
         if cfg.calibrate:
-            calibrate.on_live_engine(cfg, engine.llm)
-        before = metrics.counts_from_snapshot(engine.llm.get_metrics())
-        records, wall_s = run(job, engine.llm, progress)
-        after = metrics.counts_from_snapshot(engine.llm.get_metrics())
+            calibrate.on_live_engine(cfg, job.spec, engine.llm, baseline)
+        reference = Reference(job, baseline or engine.llm)
+        records, wall_s, counts = run(job, engine.llm, progress, baseline)
+        reference.end()
     except BaseException:
         engines.clear()
         raise
-    counts = metrics.counts_delta(before, after)
+    # a later engine start reset the job engine's counters (vLLM keeps one set per process)
+    lost = reused and not all(r for _, r in live[1:])
+    counts = None if lost else counts
     summary = summarize(cfg, job, records, wall_s, counts, engine, reused, models, key)
+    summary = replace(summary, reference=reference.to_row())
     try:
         results.write_job(job_dir, records, summary, hydra_dir)
     except OSError as exc:

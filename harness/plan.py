@@ -2,8 +2,9 @@
 
 For each engine spec in launch order: the exact ``vllm.LLM`` keyword arguments
 (:meth:`harness.engine.EngineSpec.llm_kwargs`), the memory pre-flight
-(:mod:`harness.memory`), the vocab pre-flight, then its jobs with requests and maximum
-output tokens; totals last. Needs no GPU, no hub and no built models: problems are
+(:mod:`harness.memory`), the vocab pre-flight, the pairing (an interleaved job's engine
+and its baseline on one device, or why they fall back to sequential), then its jobs
+with requests and maximum output tokens; totals last. Needs no GPU, no hub and no built models: problems are
 counted when their files are local, otherwise the job's limit (or "all") is shown.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from harness import memory
 from harness.checks import check_vocab_sizes, looks_local
+from harness.config import ConfigError
 from harness.datasets import load_problems
 from harness.engine import EngineSpec
 from harness.results import job_name
@@ -43,8 +45,32 @@ def _missing(spec: EngineSpec) -> list[str]:
     return [m for m in (spec.target, spec.draft) if m and looks_local(m) and not Path(m).is_dir()]
 
 
+def pair_lines(spec: EngineSpec, cfg: Any) -> list[str]:
+    """How an interleaved job's engine shares its device with its baseline (the target's
+    plain engine): each engine's memory, or why the pair falls back to sequential."""
+    from omegaconf import OmegaConf
+
+    if cfg.pairing != "interleaved":
+        return ["  pairing: sequential (the K = 0 run is the baseline)"]
+    plain = EngineSpec.from_config(OmegaConf.merge(cfg, {"spec": {"k": 0}}))
+    what = (
+        "a second instance of itself (the A/A check)"
+        if plain == spec
+        else "its target's plain engine"
+    )
+    lines = [f"  pairing: interleaved with {what}"]
+    for name, s in (("this engine", spec.sharing(2)), ("baseline", plain.sharing(2))):
+        try:
+            est = memory.preflight(s, cfg.concurrency, _bases(cfg))
+        except ConfigError as exc:
+            return [*lines, f"  pairing: the pair does not fit ({exc}); its jobs run sequential"]
+        if not isinstance(est, str):
+            lines.append(f"    {name} beside the other: {est.line()}")
+    return lines
+
+
 def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
-    """The engine block: LLM arguments, environment, memory and vocab pre-flights.
+    """The engine block: LLM arguments, environment, memory and vocab pre-flights, pairing.
 
     Raises:
         ConfigError: the engine cannot fit its GPU, or draft and target vocab sizes differ.
@@ -63,7 +89,7 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
         lines.append(f"    from {est.basis}")
     if spec.draft is not None:
         lines.append(f"  {check_vocab_sizes(spec.target, spec.draft) or 'vocab sizes match'}")
-    return lines
+    return lines + pair_lines(spec, max(cfgs, key=lambda c: c.concurrency))
 
 
 def show(planned: Plan, configs: Mapping[tuple[str, ...], Any], out: Callable = print) -> None:
@@ -96,8 +122,11 @@ def show(planned: Plan, configs: Mapping[tuple[str, ...], Any], out: Callable = 
                 shown = f"{'all' if n is None else f'limit {n}'} (hub dataset, not loaded)"
             lines.append(f"    {job_name(cfg)}: requests {shown}, max_tokens {cfg.max_tokens}")
     hub = f" (+ {unknown} jobs on hub datasets, not counted)" if unknown else ""
+    # an interleaved target adds one engine: its plain baseline (or the A/A instance)
+    paired = {EngineSpec.from_config(c).target for c in cfgs if c.pairing == "interleaved"}
     lines.append(
-        f"\ntotals: {len(cfgs)} job(s), {len(blocks)} engine launch(es), {known:,} requests, "
+        f"\ntotals: {len(cfgs)} job(s), {len(blocks) + len(paired)} engine launch(es), "
+        f"{known:,} requests, "
         f"<= {max_output:,} output tokens{hub}"
     )
     out("\n".join(lines))

@@ -32,6 +32,7 @@ class JobInfo:
     concurrency: int
     repeat: int = 0  # which run of the job (seed = config seed + repeat)
     draft_sample_method: str | None = None  # greedy | probabilistic (draft_model only)
+    pairing: str = "sequential"  # interleaved: a baseline engine ran the same problems alongside
 
     def to_row(self) -> dict[str, Any]:
         """Flat dict of the job columns."""
@@ -67,6 +68,13 @@ class RequestRecord:
     output_hash: str
     output_token_ids: tuple[int, ...]
     rejection_tokens: tuple[str, ...] | None
+    # interleaved pairing: the same problem on the job's baseline engine, seconds away
+    # (``harness.pairing``); None when the job ran alone
+    pair_ttft_s: float | None = field(default=None, kw_only=True)
+    pair_e2e_s: float | None = field(default=None, kw_only=True)
+    pair_tpot_s: float | None = field(default=None, kw_only=True)
+    pair_output_tokens: int | None = field(default=None, kw_only=True)
+    pair_output_hash: str | None = field(default=None, kw_only=True)
 
     @property
     def spec_counts(self) -> SpecCounts | None:
@@ -121,6 +129,9 @@ class RunSummary:
     dataset_digest: str | None = field(default=None, kw_only=True)
     git: dict[str, Any] = field(default_factory=dict, kw_only=True)
     command: list[str] = field(default_factory=list, kw_only=True)
+    # the drift sentinel: seconds per unit of the fixed reference requests on ``engine``
+    # (target: the plain baseline engine; job: the job's own) at the job's start and end
+    reference: dict[str, Any] | None = field(default=None, kw_only=True)
 
     def to_row(self) -> dict[str, Any]:
         """The ``summary.json`` object; ``complete`` marks a fully written job."""

@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from harness import console, memory, metrics
+from harness import console, memory, metrics, pairing
 from harness.checks import (
     check_model_dir,
     check_prompt_lengths,
@@ -24,7 +24,7 @@ from harness.checks import (
     check_spec_len,
     load_tokenizer,
 )
-from harness.config import validate
+from harness.config import ConfigError, validate
 from harness.datasets import load_problems
 from harness.engine import WARMUP_TOKENS, EngineSpec
 from harness.grading import grade
@@ -51,6 +51,12 @@ class PreparedJob:
     requests: tuple[Request, ...]
     max_tokens: int
     warmup: int = 0  # warm-up rounds before the recorded requests
+    baseline: EngineSpec | None = None  # the plain engine interleaved with ``spec``, if any
+
+    @property
+    def specs(self) -> tuple[EngineSpec, ...]:
+        """The engines the job runs on: its own, then its baseline when interleaved."""
+        return (self.spec,) if self.baseline is None else (self.spec, self.baseline)
 
     def sampling_params(self, max_tokens: int | None = None) -> Any:
         """vLLM sampling parameters (the seed is per request, not per engine)."""
@@ -95,6 +101,32 @@ def job_info(cfg: Any) -> JobInfo:
     )
 
 
+def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
+    """The job's engine spec and, for ``pairing=interleaved``, its baseline's (the target
+    without a speculator), both checked against the memory pre-flight. On a GPU the two
+    share it, each with half of ``gpu_memory_utilization``; a pair that cannot fit falls
+    back to the job's engine alone, with one line saying so.
+
+    Raises:
+        ConfigError: the job's own engine cannot fit its GPU.
+    """
+    from omegaconf import OmegaConf
+
+    spec = EngineSpec.from_config(cfg)
+    if cfg.pairing == "interleaved":
+        plain = EngineSpec.from_config(OmegaConf.merge(cfg, {"spec": {"k": 0}}))
+        pair = (spec.sharing(2), plain.sharing(2))
+        try:
+            for s in pair:
+                memory.preflight(s, cfg.concurrency)
+            return pair
+        except ConfigError as exc:
+            print(f"pairing=interleaved: the job and its baseline do not fit together ({exc}); "
+                  "running the job alone (pairing=sequential)")  # fmt: skip
+    memory.preflight(spec, cfg.concurrency)
+    return spec, None
+
+
 def prepare(cfg: Any) -> PreparedJob:
     """Validate, check models and tokenizers, load problems and render prompts.
 
@@ -110,8 +142,8 @@ def prepare(cfg: Any) -> PreparedJob:
     check_model_dir(f"models.targets.{cfg.variant.target}", info.target)
     if cfg.spec.k > 0 and cfg.variant.draft is not None:
         check_model_dir(f"models.drafts.{cfg.variant.draft}", info.draft)
-    spec = EngineSpec.from_config(cfg)
-    memory.preflight(spec, cfg.concurrency)
+    spec, baseline = engine_specs(cfg)
+    info = replace(info, pairing="sequential" if baseline is None else "interleaved")
     if spec.draft is not None:
         check_same_vocab(spec.target, spec.draft)
     tokenizer = load_tokenizer(spec.target)
@@ -124,7 +156,7 @@ def prepare(cfg: Any) -> PreparedJob:
         cfg.max_tokens,
         cfg.engine.max_model_len,
     )
-    return PreparedJob(info, spec, tuple(requests), cfg.max_tokens, cfg.warmup)
+    return PreparedJob(info, spec, tuple(requests), cfg.max_tokens, cfg.warmup, baseline)
 
 
 def generate(
@@ -237,18 +269,69 @@ def warm_up(job: PreparedJob, llm: Any) -> None:
     generate(llm, prompts, params, job.info.concurrency, lambda index, output: None)
 
 
-def run(job: PreparedJob, llm: Any, progress: bool = True) -> tuple[list[RequestRecord], float]:
-    """Generate every request of ``job``; returns the records (problem order) and wall seconds.
+def interleave(
+    job: PreparedJob,
+    llms: dict[str, Any],
+    on_output: dict[str, Callable[[int, Any], None]],
+    pattern: str = pairing.PATTERN,
+    settle: bool = True,
+    on_settle: Callable[[str, Any], None] | None = None,
+) -> dict[str, float]:
+    """Run every request of ``job`` on both sides (``llms`` by side), wave by wave in
+    :func:`harness.pairing.schedule`'s order; returns each side's generation seconds.
 
-    Generation only keeps vLLM's finished outputs (ids, text, timestamps, spec metrics);
-    grading, decoding and records come after it, so no request waits on them and the wall
-    time is generation's. The progress bar shows problems done, output tokens/s and
-    acceptance so far.
+    ``settle``: one unrecorded short request on the engine switched to before its wave,
+    its output passed to ``on_settle(side, output)``.
+    """
+    prompts = [r.prompt_token_ids for r in job.requests]
+    params, short = job.sampling_params(), job.sampling_params(min(WARMUP_TOKENS, job.max_tokens))
+    seconds = dict.fromkeys(llms, 0.0)
+    done = on_settle or (lambda side, output: None)
+    last = None
+    for side, ids in pairing.schedule(len(prompts), job.info.concurrency, pattern):
+        if settle and last is not None and side != last:
+            generate(llms[side], [prompts[ids[0]]], short, 1, lambda i, out, s=side: done(s, out))
+        last = side
+        tic = time.perf_counter()
+        generate(
+            llms[side],
+            [prompts[i] for i in ids],
+            params,
+            job.info.concurrency,
+            lambda index, output, ids=ids, side=side: on_output[side](ids[index], output),
+        )
+        seconds[side] += time.perf_counter() - tic
+    return seconds
+
+
+def run(
+    job: PreparedJob, llm: Any, progress: bool = True, baseline: Any = None
+) -> tuple[list[RequestRecord], float, metrics.SpecCounts | None]:
+    """Generate every request of ``job``; returns the records (problem order), the seconds
+    the job's engine spent generating them and its engine counters over those requests
+    (vLLM's, read before and after, less the unrecorded requests that settle it after a
+    switch; None when it reports none).
+
+    With ``baseline`` (the live engine of ``job.baseline``) the requests interleave with
+    the same problems on it (:func:`interleave`) and each record carries its pair's timing
+    (:func:`harness.pairing.join`). Generation only keeps vLLM's finished outputs (ids,
+    text, timestamps, spec metrics); grading, decoding and records come after it, so no
+    request waits on them. The progress bar shows the job's problems done, output tokens/s
+    and acceptance so far.
     """
     tokenizer = load_tokenizer(job.spec.target)
     outputs: dict[int, Any] = {}
+    paired: dict[int, Any] = {}
     totals = {"tokens": 0, "drafted": 0, "accepted": 0}
     bar = console.progress(len(job.requests), job.info.run_id, "req", disable=not progress)
+    settled: list[metrics.SpecCounts] = []
+
+    def on_settle(side: str, output: Any) -> None:
+        spec = output.outputs[0].spec_decode_metrics
+        if side == pairing.JOB and spec is not None:
+            settled.append(metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens))
+
+    before = metrics.counts_from_snapshot(llm.get_metrics())
     tic = time.perf_counter()
 
     def on_output(index: int, output: Any) -> None:
@@ -270,15 +353,27 @@ def run(job: PreparedJob, llm: Any, progress: bool = True) -> tuple[list[Request
         bar.update()
 
     try:
-        generate(
-            llm,
-            [r.prompt_token_ids for r in job.requests],
-            job.sampling_params(),
-            job.info.concurrency,
-            on_output,
-        )
+        if baseline is None:
+            generate(
+                llm,
+                [r.prompt_token_ids for r in job.requests],
+                job.sampling_params(),
+                job.info.concurrency,
+                on_output,
+            )
+            wall = time.perf_counter() - tic
+        else:
+            sides = {pairing.JOB: llm, pairing.BASELINE: baseline}
+            sinks = {pairing.JOB: on_output, pairing.BASELINE: paired.__setitem__}
+            wall = interleave(job, sides, sinks, on_settle=on_settle)[pairing.JOB]
     finally:
         bar.close()
-    wall = time.perf_counter() - tic
+    after = metrics.counts_from_snapshot(llm.get_metrics())
+    counts = metrics.counts_delta(before, after)
+    if settled and counts is not None:
+        counts = metrics.counts_delta(metrics.total_counts(settled), counts)
     records = [to_record(job.info, job.requests[i], outputs[i], tokenizer) for i in sorted(outputs)]
-    return records, wall
+    if baseline is not None:
+        pairs = [to_record(job.info, job.requests[i], paired[i], tokenizer) for i in sorted(paired)]
+        records = pairing.join(records, pairs)
+    return records, wall, counts

@@ -7,9 +7,10 @@ BasicSweeper, composes every combination and hands them to :func:`plan`, which
   model or a model-free method such as ngram);
 - drops ``k = 0`` jobs of a variant with a speculator when the sweep also has the
   speculator-less variant of the same target and prompt style (the same baseline twice);
-- orders jobs so each engine spec's jobs are consecutive (one engine launch per spec),
-  the k = 0 specs first (their outputs are the losslessness reference), and the
-  dataset varies fastest within a spec.
+- orders jobs by target (an interleaved job keeps its target's plain engine alive
+  beside its own, so the target's jobs reuse it), then so each engine spec's jobs are
+  consecutive (one engine launch per spec), the k = 0 spec first, and the dataset
+  varies fastest within a spec.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
         keyed.append(
             (
                 (
+                    rank(("target", spec.target)),
                     spec.k > 0,
                     rank(("spec", spec)),
                     rank(("rest", rest)),

@@ -2,10 +2,13 @@
 
 A group is one configuration of one sweep (:data:`GROUP`); its seeds pool. Statistics
 (:data:`RATIOS`) are ratios of sums with percentile-bootstrap intervals over problems
-(:mod:`reports.bootstrap`). Speedups compare a group with the K = 0 runs of the same
-target, prompt style, dataset, temperature and concurrency in the same sweep
-(:data:`BASELINE`), by a paired bootstrap over the problems both answered (a problem
-one side lacks is left out of both):
+(:mod:`reports.bootstrap`). Speedups compare a group with its baseline by a paired
+bootstrap over problems: an interleaved group (``pairing``, :mod:`harness.pairing`) with
+its own requests' pairs, run seconds apart on the plain target (at K = 0 on a second
+instance of the same engine: the A/A check); a sequential group with the K = 0 runs of
+the same target, prompt style, dataset, temperature and concurrency in the same sweep
+(:data:`BASELINE`), over the problems both answered (a problem one side lacks is left
+out of both):
 
 - speedup_tpot = baseline mean TPOT / mean TPOT
 - speedup_e2e = baseline mean e2e latency / mean e2e latency
@@ -36,7 +39,7 @@ from reports import bootstrap
 GROUP = (
     "sweep_id", "target", "target_role", "variant", "draft", "prompt_style", "dataset",
     "difficulty", "limit", "dataset_digest",
-    "temperature", "concurrency", "k",
+    "temperature", "concurrency", "pairing", "k",
 )  # fmt: skip
 PROBLEM_SET = ("sweep_id", "dataset", "difficulty", "limit", "dataset_digest")
 FAILED = ("abort", "error")  # vLLM finish reasons of requests that did not complete
@@ -52,7 +55,7 @@ FALLBACKS = frozenset(
     n for chains in grading.CHAINS.values() for n, _ in chains["headline"]
     if n not in {m for m, _ in chains["strict"]}
 )  # fmt: skip
-BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k"))
+BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k", "pairing"))
 RUN = ("sweep_id", "run_id")
 # What fixes a greedy output: a K > 0 run should reproduce the K = 0 run that shares these.
 SAME_OUTPUT = ("sweep_id", "target", "dataset", "prompt_style", "seed", "temperature", "max_tokens")
@@ -91,7 +94,18 @@ SPEEDUPS = {
     "speedup_e2e": Ratio("e2e", "e2e_s", "n"),
     "speedup_tokens_per_s": Ratio("s_per_token", "e2e_s", "output_tokens"),
 }
-SUMMED = tuple(dict.fromkeys(c for r in (*RATIOS, *SPEEDUPS.values()) for c in (r.num, r.den)))
+# the same statistics of an interleaved group's own baseline requests (``pair_*`` columns)
+PAIRED = {
+    "speedup_tpot": Ratio("pair_tpot", "pair_tpot_s", "pair_n_tpot"),
+    "speedup_e2e": Ratio("pair_e2e", "pair_e2e_s", "pair_n"),
+    "speedup_tokens_per_s": Ratio("pair_s_per_token", "pair_e2e_s", "pair_output_tokens"),
+}
+PAIR_COLUMNS = ("pair_ttft_s", "pair_e2e_s", "pair_tpot_s", "pair_output_tokens")
+SUMMED = tuple(
+    dict.fromkeys(
+        c for r in (*RATIOS, *SPEEDUPS.values(), *PAIRED.values()) for c in (r.num, r.den)
+    )
+)
 _COL = {c: i for i, c in enumerate(SUMMED)}  # column of each summed statistic in a Block
 
 
@@ -141,6 +155,10 @@ def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
         verdict = df.get(f"correct_{way}", pd.Series(np.nan, index=df.index))
         df[f"correct_{way}"] = verdict
         df[f"n_{way}"] = verdict.notna().astype(float)
+    for col in PAIR_COLUMNS:  # null in runs without a pair
+        df[col] = df.get(col, np.nan)
+    df["pair_n"] = df["pair_e2e_s"].notna().astype(float)
+    df["pair_n_tpot"] = df["pair_tpot_s"].notna().astype(float)
     pos = position_counts(df["acceptance_histogram"])
     df["position_attempts"] = np.bincount(pos["row"], weights=pos["reached"], minlength=len(df))
     for col in SUMMED:
@@ -205,36 +223,51 @@ def _group_stats(groups: dict[tuple, Block], n_boot: int, seed: int) -> pd.DataF
 
 
 def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataFrame:
-    """Paired speedups of every group over its K = 0 baseline (NaN without one)."""
+    """Paired speedups of every group over its baseline (NaN without one): its own pairs'
+    when interleaved, else the K = 0 group's on the problems both answered; plus
+    ``baseline_tpot_s``, that baseline's mean TPOT on those problems."""
     ratios = tuple(SPEEDUPS.values())
     at = [GROUP.index(c) for c in BASELINE]
+    interleaved = GROUP.index("pairing")
     rows = []
     for key, block in groups.items():
         labels = dict(zip(GROUP, key, strict=True))
-        base = baselines.get(tuple(key[i] for i in at))
-        problems = np.intersect1d(block.problems, base.problems) if base else np.zeros(0)
+        if key[interleaved] == "interleaved":
+            problems, base_arrays = block.problems, block.arrays(tuple(PAIRED.values()))
+        else:
+            base = baselines.get(tuple(key[i] for i in at))
+            problems = np.intersect1d(block.problems, base.problems) if base else np.zeros(0)
+            base_arrays = base.on(problems).arrays(ratios) if len(problems) else None
         if not len(problems):
             rows.append(labels)
             continue
         point, lo, hi = bootstrap.paired(
-            block.on(problems).arrays(ratios), base.on(problems).arrays(ratios), "ratio",
-            n_boot, seed,
-        )  # fmt: skip
-        rows.append({**labels, **_ci_columns(list(SPEEDUPS), point, lo, hi)})
+            block.on(problems).arrays(ratios), base_arrays, "ratio", n_boot, seed
+        )
+        num, den = (a[:, 0] for a in base_arrays)
+        tpot = num.sum() / den.sum() if den.sum() else np.nan
+        rows.append({**labels, **_ci_columns(list(SPEEDUPS), point, lo, hi),
+                     "baseline_tpot_s": tpot})  # fmt: skip
     names = [f"{s}{end}" for s in SPEEDUPS for end in ("", "_lo", "_hi")]
-    return pd.DataFrame(rows, columns=[*GROUP, *names])
+    return pd.DataFrame(rows, columns=[*GROUP, *names, "baseline_tpot_s"])
 
 
 def with_lossless(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` plus ``lossless_fraction``: for a greedy (temperature 0) K > 0 run, the share
-    of its problems whose output hash equals that of its K = 0 baseline, the run sharing
-    :data:`SAME_OUTPUT` (one at the same concurrency preferred, then the first by run id).
-    NaN for other runs and where no baseline exists."""
+    of its problems whose output hash equals its baseline's: the pair's output, seconds
+    apart, when interleaved; else the K = 0 run sharing :data:`SAME_OUTPUT` (one at the
+    same concurrency preferred, then the first by run id). NaN for other runs and where
+    no baseline exists."""
     runs = runs.drop(columns="lossless_fraction", errors="ignore")
     if runs.empty or requests.empty:
         return runs.assign(lossless_fraction=np.nan)
+    pairs = requests.get("pair_output_hash", pd.Series(None, index=requests.index, dtype=object))
+    paired = requests[(requests["k"] > 0) & (requests["temperature"] == 0) & pairs.notna()]
+    own = (paired["output_hash"] == pairs[paired.index]).rename("lossless_fraction")
+    own = own.groupby([paired["sweep_id"], paired["run_id"]]).mean().reset_index()
     cols = [*RUN, *SAME_OUTPUT[1:-1], "k", "concurrency", "problem_id", "output_hash"]
-    req = requests[cols].dropna(subset=["output_hash"]).merge(runs[[*RUN, "max_tokens"]], on=RUN)
+    req = requests.loc[(requests["k"] == 0) | pairs.isna(), cols].dropna(subset=["output_hash"])
+    req = req.merge(runs[[*RUN, "max_tokens"]], on=RUN)
     base = req.loc[req["k"] == 0, [*SAME_OUTPUT, "problem_id", "run_id", "concurrency",
                                    "output_hash"]]  # fmt: skip
     spec = req[(req["k"] > 0) & (req["temperature"] == 0)]
@@ -248,7 +281,18 @@ def with_lossless(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     pairs = pairs.merge(choice[[*RUN, "run_id_base"]], on=[*RUN, "run_id_base"])
     same = (pairs["output_hash"] == pairs["output_hash_base"]).rename("lossless_fraction")
     fraction = same.groupby([pairs["sweep_id"], pairs["run_id"]]).mean().reset_index()
-    return runs.merge(fraction, on=list(RUN), how="left")
+    return runs.merge(pd.concat([own, fraction]), on=list(RUN), how="left")
+
+
+def pair_side(requests: pd.DataFrame) -> pd.DataFrame:
+    """The baseline side of interleaved requests as requests of their own: the ``pair_*``
+    timings and lengths in place of the request's, at K = 0 without spec counts."""
+    side = requests.assign(
+        **{c.removeprefix("pair_"): requests[c] for c in PAIR_COLUMNS}, k=0,
+        num_spec_steps=np.nan, num_draft_tokens=np.nan, num_accepted_tokens=np.nan,
+    )  # fmt: skip
+    hist = requests["acceptance_histogram"]
+    return side.assign(acceptance_histogram=pd.Series(None, index=side.index, dtype=hist.dtype))
 
 
 def _run_stats(runs: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:
@@ -334,30 +378,58 @@ def _answers(ok: pd.DataFrame) -> pd.DataFrame:
 
 
 def _repeats(df: pd.DataFrame) -> pd.DataFrame:
-    """Per group, across its seeds (repeats): mean and std of the TPOT speedup (each seed
-    against the baseline's same seed, on the problems both answered) and of acceptance."""
-    tpot, accept = SPEEDUPS["speedup_tpot"], RATIOS[[r.name for r in RATIOS].index(
-        "acceptance_rate")]  # fmt: skip
+    """Per group, across its seeds (repeats): the median, min and max of each speedup
+    (each seed against its own pairs when interleaved, else against the baseline's same
+    seed on the problems both answered) and the mean and std of acceptance."""
+    accept = RATIOS[[r.name for r in RATIOS].index("acceptance_rate")]
+    ratios = tuple(SPEEDUPS.values())
     base = blocks(df[df["k"] == 0], (*BASELINE, "seed"))
-    at = [GROUP.index(c) for c in BASELINE]
+    at, interleaved = [GROUP.index(c) for c in BASELINE], GROUP.index("pairing")
     rows = []
     for key, block in blocks(df, (*GROUP, "seed")).items():
-        other = base.get((*(key[i] for i in at), key[-1]))
-        speedup = np.nan
-        if other is not None and len(problems := np.intersect1d(block.problems, other.problems)):
-            (bn, bd), (vn, vd) = (b.on(problems).arrays((tpot,)) for b in (other, block))
-            speedup = (bn.sum() / bd.sum()) / (vn.sum() / vd.sum())
+        speedups = np.full(len(ratios), np.nan)
+        if key[interleaved] == "interleaved":
+            problems, (bn, bd) = block.problems, block.arrays(tuple(PAIRED.values()))
+        else:
+            other = base.get((*(key[i] for i in at), key[-1]))
+            problems = np.intersect1d(block.problems, other.problems) if other else []
+            bn, bd = other.on(problems).arrays(ratios) if len(problems) else (None, None)
+        if len(problems):
+            vn, vd = block.on(problems).arrays(ratios)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                speedups = (bn.sum(0) / bd.sum(0)) / (vn.sum(0) / vd.sum(0))
         num, den = block.arrays((accept,))
         rate = num.sum() / den.sum() if den.sum() else np.nan
-        rows.append((*key[:-1], speedup, rate))
-    per_seed = pd.DataFrame(rows, columns=[*GROUP, "speedup_tpot", "acceptance_rate"])
-    return per_seed.groupby(list(GROUP), sort=True, dropna=False).agg(
-        n_repeats=("speedup_tpot", "size"),
-        speedup_tpot_repeat_mean=("speedup_tpot", "mean"),
-        speedup_tpot_repeat_std=("speedup_tpot", "std"),
-        acceptance_rate_repeat_mean=("acceptance_rate", "mean"),
-        acceptance_rate_repeat_std=("acceptance_rate", "std"),
+        rows.append((*key[:-1], *speedups, rate))
+    per_seed = pd.DataFrame(rows, columns=[*GROUP, *SPEEDUPS, "acceptance_rate"])
+    how = {"n_repeats": ("acceptance_rate", "size")}
+    for name in SPEEDUPS:
+        for stat in ("median", "min", "max"):
+            how[f"{name}_repeat_{stat}"] = (name, stat)
+    how |= {"acceptance_rate_repeat_mean": ("acceptance_rate", "mean"),
+            "acceptance_rate_repeat_std": ("acceptance_rate", "std")}  # fmt: skip
+    return per_seed.groupby(list(GROUP), sort=True, dropna=False).agg(**how)
+
+
+DRIFT = 0.05  # a reference that moved more than this within a run or across runs is flagged
+
+
+def _drift(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per group, from its runs' drift sentinel (``harness.job.Reference``):
+    ``reference_drift``, the largest move of the reference within a run (end / start - 1,
+    signed, the largest in size), and ``reference_spread``, max / min - 1 of the runs'
+    starting references (runs compared across time: repeats)."""
+    start = runs.get("reference_start_s", pd.Series(np.nan, index=runs.index)).astype(float)
+    end = runs.get("reference_end_s", pd.Series(np.nan, index=runs.index)).astype(float)
+    frame = runs[list(GROUP)].assign(reference_drift=end / start - 1, _start=start)
+    largest = frame.assign(_abs=frame["reference_drift"].abs()).sort_values(
+        "_abs", ascending=False, na_position="last", kind="stable"
     )
+    largest = largest.drop_duplicates(list(GROUP))[[*GROUP, "reference_drift"]]
+    spread = frame.groupby(list(GROUP), sort=True, dropna=False)["_start"].agg(
+        lambda x: x.max() / x.min() - 1
+    )
+    return largest.merge(spread.rename("reference_spread").reset_index(), on=list(GROUP))
 
 
 def hardware_id(runs: pd.DataFrame) -> pd.Series:
@@ -377,8 +449,8 @@ def versions_id(runs: pd.DataFrame) -> pd.Series:
 
 
 def _same_hardware(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """NaN speedups (with ``speedup_note``) where the baseline ran on other hardware; a
-    note where its versions differ."""
+    """NaN speedups (with ``speedup_note``) where a sequential group's baseline ran on
+    other hardware; a note where its versions differ."""
     runs = runs.astype({c: table[c].dtype for c in BASELINE}).assign(
         _hw=hardware_id(runs), _ver=versions_id(runs))  # fmt: skip
     joined = dict.fromkeys(("_hw", "_ver"), lambda s: "; ".join(sorted(set(s))))
@@ -386,8 +458,9 @@ def _same_hardware(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     mine = runs.groupby(list(GROUP), dropna=False).agg(joined)
     both = table[list(GROUP)].merge(mine.reset_index(), on=list(GROUP), how="left").merge(
         base.reset_index(), on=list(BASELINE), how="left", suffixes=("", "_base"))  # fmt: skip
-    other_hw = (both["_hw_base"].notna() & (both["_hw"] != both["_hw_base"])).to_numpy()
-    other_ver = (both["_ver_base"].notna() & (both["_ver"] != both["_ver_base"])).to_numpy()
+    alone = (table["pairing"] != "interleaved").to_numpy()  # a pair shares its run's machine
+    other_hw = alone & (both["_hw_base"].notna() & (both["_hw"] != both["_hw_base"])).to_numpy()
+    other_ver = alone & (both["_ver_base"].notna() & (both["_ver"] != both["_ver_base"])).to_numpy()
     note = np.where(other_hw, "no speedup: baseline on " + both["_hw_base"].astype(str)
                     + ", this on " + both["_hw"].astype(str), "")  # fmt: skip
     note = np.where(~other_hw & other_ver, "baseline ran other versions: "
@@ -417,7 +490,9 @@ def aggregate(
         df.groupby(list(GROUP), dropna=False).size().rename("n_requests").reset_index(), on=GROUP
     )
     extras = (_quantiles(ok), _answers(ok), _short_proposals(ok), _losses(requests), _repeats(df))
-    for extra in (*(e.reset_index() for e in extras), _run_stats(runs, stats), speedups):
+    cast = runs.astype({c: stats[c].dtype for c in GROUP})
+    for extra in (*(e.reset_index() for e in extras), _run_stats(runs, stats), _drift(cast),
+                  speedups):  # fmt: skip
         table = table.merge(extra, on=list(GROUP), how="left")
     base_tp = table[table["k"] == 0].groupby(list(BASELINE), dropna=False)["throughput_tok_s"]
     table = table.merge(base_tp.mean().rename("_base").reset_index(), on=BASELINE, how="left")

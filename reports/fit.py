@@ -7,9 +7,12 @@ Per K > 0 group (:func:`with_predictions`, columns added to the aggregates):
   flatness assumed) over the group's own output lengths
   (:func:`reports.theory.decode_steps`: the last step of a short answer is cut at its
   end; TPOT is a mean over requests).
-- T_target: the K = 0 baseline's mean TPOT; T_step: the calibrated seconds per verify
-  step of the group's engine spec at its concurrency (``harness.calibrate``), never the
-  group's own timing. ``speedup_tpot_predicted`` = E x T_target / T_step.
+- T_step: the calibrated seconds per verify step of the group's engine spec at its
+  concurrency (``harness.calibrate``), never the group's own timing. T_target: the plain
+  target's calibrated time per token measured right before T_step on an interleaved
+  job's baseline engine (one window, so drift cancels in the ratio), else the baseline's
+  mean TPOT on the problems the group's speedup pairs (``baseline_tpot_s``).
+  ``speedup_tpot_predicted`` = E x T_target / T_step.
 - Steps without drafts (prompt lookup that found no match; none for a draft model): the
   group's requests give how many (decode tokens - verify steps - accepted tokens), each
   emits one token and costs the calibrated time of such a step in the group's engine, or
@@ -54,16 +57,20 @@ WITHIN = 0.10  # the model check: |measured / predicted - 1| <= WITHIN
 
 def calibration(runs: pd.DataFrame) -> pd.DataFrame:
     """The calibration files of the runs' sweeps: sweep_id, target, draft, k, concurrency,
-    per_unit_s (s per token at K = 0, per verify step at K > 0), undrafted_step_s."""
+    per_unit_s (s per token at K = 0, per verify step at K > 0), undrafted_step_s,
+    baseline_per_unit_s (``harness.calibrate.table``)."""
     from harness import calibrate
 
-    cols = ["sweep_id", "target", "draft", "k", "concurrency", "per_unit_s", "undrafted_step_s"]
+    cols = ["sweep_id", "target", "draft", "k", "concurrency", "per_unit_s", "undrafted_step_s",
+            "baseline_per_unit_s"]  # fmt: skip
     if runs.empty:
         return pd.DataFrame(columns=cols)
     sweeps = runs.groupby("sweep_id")["path"].first()
     rows = [{"sweep_id": sweep, **row} for sweep, path in sweeps.items()
             for row in calibrate.table(Path(path).parent)]  # fmt: skip
-    cal = pd.DataFrame(rows, columns=cols).astype({"per_unit_s": float, "undrafted_step_s": float})
+    cal = pd.DataFrame(rows, columns=cols).astype(
+        {"per_unit_s": float, "undrafted_step_s": float, "baseline_per_unit_s": float}
+    )
     return cal.assign(draft=cal["draft"].fillna(load.NO_DRAFT))
 
 
@@ -127,16 +134,15 @@ def with_predictions(
     ]
     steps[["_steps", "_undrafted"]] = per_token if per_token else np.empty((0, 2))
     steps = steps[[*group, "_steps", "_undrafted"]]
-    base = table.loc[table["k"] == 0, [*aggregate.BASELINE, "tpot_s"]]
-    base = base.groupby(list(aggregate.BASELINE), dropna=False)["tpot_s"].mean()
     cal = calibration(runs)
     at = ["sweep_id", "target", "concurrency"]
     plain = cal[cal["k"] == 0].groupby(at)["per_unit_s"].mean()
     spec_cal = cal[cal["k"] > 0].groupby([*at, "draft", "k"])
     out = (
         table.merge(steps, on=group, how="left")
-        .merge(base.rename("t_target_s").reset_index(), on=list(aggregate.BASELINE), how="left")
         .merge(spec_cal["per_unit_s"].mean().rename("t_step_s").reset_index(),
+               on=[*at, "draft", "k"], how="left")
+        .merge(spec_cal["baseline_per_unit_s"].mean().rename("_t_window").reset_index(),
                on=[*at, "draft", "k"], how="left")
         .merge(spec_cal["undrafted_step_s"].mean().rename("_t_undrafted").reset_index(),
                on=[*at, "draft", "k"], how="left")
@@ -146,7 +152,8 @@ def with_predictions(
         .merge(preflights(runs), on=[*aggregate.BASELINE, "draft", "k"], how="left")
     )  # fmt: skip
     spec = out["k"] > 0
-    out.loc[~spec, "t_target_s"] = np.nan
+    window = out.pop("_t_window").where(out["pairing"] == "interleaved")
+    out["t_target_s"] = window.fillna(out["baseline_tpot_s"]).where(spec)
     out["c"] = out.pop("_t_draft") / out["_t_plain"]
     steps, undrafted = out.pop("_steps"), out.pop("_undrafted")
     t_undrafted = out.pop("_t_undrafted").fillna(out.pop("_t_plain"))

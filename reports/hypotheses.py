@@ -22,18 +22,21 @@ HYPOTHESES = {
     3: "CoD cuts tokens with minimal accuracy loss",
 }
 RATIO = {r.name: r for r in aggregate.RATIOS}
+NO_EFFECT = "no detectable effect"  # a speedup whose widened interval includes 1
 RULES = f"""\
 Each comparison is a paired bootstrap over the problems both sides answered, on the
 headline rows (lowest concurrency; K = 0, or a draft variant's best K).
 
 1. Fine-tuning: each fine-tuned target (no draft) vs the base target. Supported when
    the CI of accuracy(fine-tuned) - accuracy(base) is above 0, refuted when below 0.
-2. Speculation: each draft variant vs its own target at K = 0. Against the winner's
-   curse, the best K is chosen on one half of the problems (split by a hash of the
-   problem id) and judged on the other half only. Supported when the held-out TPOT
-   speedup's CI is above 1 and the accuracy difference's CI is not below 0; refuted when
-   no K beats K = 0 on the choosing half, or the held-out speedup's CI is below 1, or the
-   accuracy difference's CI is below 0.
+2. Speculation: each draft variant vs its own target at K = 0 (its interleaved pairs,
+   or the K = 0 run when sequential). Against the winner's curse, the best K is chosen on
+   one half of the problems (split by a hash of the problem id) and judged on the other
+   half only. The held-out TPOT speedup's CI is widened by the noise the runs measured
+   (the speedup's min and max over its median across repeats; |A/A - 1| of the target's
+   interleaved K = 0 row). Supported when the widened interval is above 1 and the accuracy
+   difference's CI is not below 0; refuted when the widened interval is below 1 or the
+   accuracy difference's CI is below 0; "no detectable effect" when it includes 1.
 3. Chain of Draft: the CoD target vs the CoT target (no draft). Supported when the CI of
    tokens(CoD) / tokens(CoT) is below 1 and the accuracy difference's CI stays above
    -{MINIMAL_LOSS} ("minimal loss"); refuted when the token ratio's CI is above 1 or the
@@ -51,7 +54,7 @@ class Verdict:
     dataset: str
     comparison: str
     evidence: str
-    verdict: str  # supported | refuted | inconclusive
+    verdict: str  # supported | refuted | inconclusive | no detectable effect
 
     def to_row(self) -> dict[str, object]:
         """Flat dict for the verdict table."""
@@ -97,39 +100,72 @@ def half(problem_ids: pd.Series) -> np.ndarray:
     return np.array([zlib.crc32(str(p).encode()) % 2 for p in problem_ids], dtype=int)
 
 
+def noise_floor(table: pd.DataFrame, row: pd.Series) -> tuple[float, float, str]:
+    """Factors (low, high) that widen ``row``'s speedup interval by the noise the runs
+    measured, and what they came from: the spread of its speedup across repeats (min and
+    max over the median) and, when interleaved, the A/A check of its target (the K = 0
+    row of the same baseline: |A/A - 1| either way)."""
+    low, high, said = 1.0, 1.0, []
+    if row.get("n_repeats", 1) > 1 and row.get("speedup_tpot_repeat_median", 0) > 0:
+        mid = row["speedup_tpot_repeat_median"]
+        low, high = row["speedup_tpot_repeat_min"] / mid, row["speedup_tpot_repeat_max"] / mid
+        said.append(f"repeats {low:.2f}-{high:.2f}x")
+    if row.get("pairing") == "interleaved":
+        aa = aggregate.select(table, row, aggregate.BASELINE)
+        aa = aa[(aa["k"] == 0) & (aa["pairing"] == "interleaved")]["speedup_tpot"].dropna()
+        if len(aa):
+            e = float(abs(aa.iloc[0] - 1))
+            low, high = low / (1 + e), high * (1 + e)
+            said.append(f"A/A {aa.iloc[0]:.3f}")
+    return low, high, ", ".join(said)
+
+
 def _speculation(
     rows: pd.DataFrame, table: pd.DataFrame, contrast: _Contrasts
 ) -> list[tuple[str, str, str]]:
-    config = [c for c in aggregate.GROUP if c != "k"]
+    config = [c for c in aggregate.GROUP if c not in ("k", "pairing")]
     out = []
     for _, v in rows[rows["draft"] != "none"].iterrows():
         base = contrast.of(v, aggregate.BASELINE)
         base = base[base["k"] == 0]
         ks = aggregate.select(table, v, tuple(config))
-        ks = ks[ks["k"] > 0].sort_values("k")
+        ks = ks[(ks["k"] > 0) & (ks["pairing"] == v["pairing"])].sort_values("k")
         if base.empty or ks.empty:
             continue
         sides = [base[half(base["problem_id"]) == h] for h in (0, 1)]
         split = all(len(set(s["problem_id"])) for s in sides)
         choose, test = sides if split else (base, base)
+
+        def baseline(y: pd.DataFrame, side: pd.DataFrame, paired: bool) -> pd.DataFrame:
+            mine = aggregate.pair_side(y) if paired else side
+            return mine[mine["problem_id"].isin(side["problem_id"])]
+
         chosen = {}
         for _, r in ks.iterrows():
-            y = contrast.of(r)
-            chosen[int(r["k"])] = contrast(y, choose, "tpot_s", "ratio")[0]
+            y, paired = contrast.of(r), r["pairing"] == "interleaved"
+            chosen[int(r["k"])] = contrast(y, baseline(y, choose, paired), "tpot_s", "ratio")[0]
         k = max(chosen, key=lambda x: -np.inf if np.isnan(chosen[x]) else chosen[x])
-        y = contrast.of(ks[ks["k"] == k].iloc[0])
+        row = ks[ks["k"] == k].iloc[0]
+        y, paired = contrast.of(row), row["pairing"] == "interleaved"
         y = y[y["problem_id"].isin(test["problem_id"])]
-        s = contrast(y, test, "tpot_s", "ratio")
+        s = contrast(y, baseline(y, test, paired), "tpot_s", "ratio")
         d = contrast(test, y, "accuracy", "difference")
+        low, high, noise = noise_floor(table, row)
+        wide = (s[0], s[1] * low, s[2] * high)
         tried = ", ".join(f"K={x}: {chosen[x]:.2f}" for x in chosen)
         where = "held-out half" if split else "same problems (too few to split)"
         evidence = (f"best K={k} on the choosing half ({tried}); on the {where}: TPOT "
-                    f"speedup {_ci(s, 2)}, accuracy {_ci(d, signed=True)}")  # fmt: skip
+                    f"speedup {_ci(s, 2)} ({row['pairing']}")  # fmt: skip
+        evidence += f"; widened by {noise}: [{wide[1]:.2f}, {wide[2]:.2f}])" if noise else ")"
+        evidence += f", accuracy {_ci(d, signed=True)}"
         if not chosen[k] > 1:
-            verdict = "refuted"
             evidence = "no K beats K=0: " + evidence
+        if d[2] < 0 or wide[2] < 1:
+            verdict = "refuted"
+        elif wide[1] <= 1:
+            verdict = NO_EFFECT
         else:
-            verdict = _judge(s[1] > 1 and d[2] >= 0, s[2] < 1 or d[2] < 0)
+            verdict = "supported" if d[2] >= 0 else "inconclusive"
         out.append(
             (f"{v['variant']} (K={k}) vs {v['target_role']} target (K=0)", evidence, verdict)
         )

@@ -39,7 +39,9 @@ OPTIONAL = {
     if f.name not in REQUIRED and f.name not in LEFT_ON_DISK
 }
 COLUMNS = tuple(f.name for f in results.request_schema() if f.name not in LEFT_ON_DISK)
-NESTED = ("config", "versions", "hardware", "spec", "git")  # summary keys that are dicts
+# summary keys that are dicts
+NESTED = ("config", "versions", "hardware", "spec", "git", "reference")
+SEQUENTIAL = "sequential"  # the pairing of runs recorded before pairing existed
 NO_DRAFT = "none"
 ROLE = "target_role"  # the target's key in the config (base | cot | cod); ``target`` is its model
 PROBLEM_SET = ("limit", "dataset_digest")  # added to every request and run (problem_set)
@@ -206,6 +208,7 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
     """Arrow to pandas; list columns stay Arrow-backed (``Series.list`` works on them)."""
     df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else None)
     df["draft"] = df["draft"].fillna(NO_DRAFT)
+    df["pairing"] = df["pairing"].fillna(SEQUENTIAL)
     df["correct"] = df["correct"].astype(float)
     return df
 
@@ -239,4 +242,7 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
     requests = _to_pandas(pa.concat_tables(tables, promote_options="permissive"))
     runs = pd.DataFrame([run_row(s, job) for job, (_, s) in good])
     runs["draft"] = runs["draft"].fillna(NO_DRAFT)
+    runs["pairing"] = runs.get("pairing", pd.Series(index=runs.index, dtype=object)).fillna(
+        SEQUENTIAL
+    )
     return Results(requests, runs, skipped)

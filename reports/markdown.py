@@ -60,6 +60,7 @@ HEADLINE: list[Column] = [
     ("dataset", lambda r: f"{r['dataset']} ({r['difficulty']})"),
     ("variant", _col("series")),
     ("K", _col("k")),
+    ("pairing", _col("pairing")),
     ("accuracy", lambda r: ci(r, "accuracy")),
     STRICT_FLEXIBLE,
     ("output tokens", lambda r: ci(r, "output_tokens", 1)),
@@ -74,6 +75,7 @@ ALL_GROUPS: list[Column] = [
     ("variant", _col("series")),
     ("conc.", _col("concurrency")),
     ("K", _col("k")),
+    ("pairing", _col("pairing")),
     ("runs (seeds)", lambda r: f"{r['n_runs']:.0f} ({r['seeds']})"),
     ("problems", _col("n_problems")),
     ("accuracy", lambda r: ci(r, "accuracy")),
@@ -268,16 +270,30 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                          "rejected")  # fmt: skip
         if r.get("speedup_note"):
             notes.append(f"- {name}: {r['speedup_note']}")
+        drift = r.get("reference_drift")
+        if drift is not None and abs(drift) > aggregate.DRIFT:
+            notes.append(f"- {name}: the drift sentinel moved {drift:+.1%} within a run "
+                         f"(more than {aggregate.DRIFT:.0%}); its timings are suspect")  # fmt: skip
+        spread = r.get("reference_spread")
+        if spread is not None and spread > aggregate.DRIFT:
+            notes.append(f"- {name}: the drift sentinel differs by {spread:.1%} across its "
+                         "runs (the machine changed speed between repeats)")  # fmt: skip
     out += ["Notes:", "", *notes, ""] if notes else []
     rep = groups[groups.get("n_repeats", pd.Series(0, index=groups.index)) > 1]
     if len(rep):
-        out += ["## Repeats", "", "Configurations run with several seeds: mean ± std across "
-                "seeds (each seed's TPOT speedup against the baseline's same seed).", "",
+        out += ["## Repeats", "", "Configurations run with several seeds: each speedup's "
+                "median [min, max] across seeds (each seed against its own pairs when "
+                "interleaved, else the baseline's same seed), beside the 95% CI over "
+                "problems, which leaves time drift out; acceptance mean ± std.", "",
                 table(rep, [("dataset", _col("dataset")), ("variant", _col("series")),
                             ("conc.", _col("concurrency")), ("K", _col("k")),
-                            ("repeats", _col("n_repeats", 0)),
-                            ("TPOT speedup", lambda r: f"{num(r['speedup_tpot_repeat_mean'], 2)} ± "
-                             f"{num(r['speedup_tpot_repeat_std'], 2)}"),
+                            ("pairing", _col("pairing")), ("repeats", _col("n_repeats", 0)),
+                            *[(label, lambda r, s=name: f"{num(r[f'{s}_repeat_median'], 2)} "
+                               f"[{num(r[f'{s}_repeat_min'], 2)}, {num(r[f'{s}_repeat_max'], 2)}]")
+                              for label, name in (("TPOT speedup", "speedup_tpot"),
+                                                  ("e2e speedup", "speedup_e2e"),
+                                                  ("tok/s speedup", "speedup_tokens_per_s"))],
+                            ("TPOT speedup CI", lambda r: ci(r, "speedup_tpot", 2)),
                             ("accept. rate", lambda r: f"{num(r['acceptance_rate_repeat_mean'])} ± "
                              f"{num(r['acceptance_rate_repeat_std'])}")]), ""]  # fmt: skip
     return out
@@ -318,7 +334,11 @@ def report(
         "## Headline results",
         "",
         "Lowest concurrency of each variant; variants without a draft at K = 0, draft "
-        "variants at the K with the highest TPOT speedup. Brackets: 95% CIs.",
+        "variants at the K with the highest TPOT speedup. Brackets: 95% CIs. Pairing "
+        "`interleaved`: each speedup pairs every request with the same problem on the plain "
+        "target seconds apart; a K = 0 row's speedup is then the A/A check (the same engine "
+        "started twice and paired), whose distance from 1.00 is the pairing's noise floor. "
+        "`sequential`: the speedup divides this run by the K = 0 run, made at another time.",
         "",
         table(t.headline, HEADLINE),
         "",

@@ -91,6 +91,9 @@ class Job:
     seed: int = 0
     n_problems: int = 100
     detailed: bool = False  # record rejection_tokens
+    pairing: str = "sequential"  # interleaved: each record carries its baseline pair
+    speed: float = 1.0  # the machine's slowness during the run: every time is scaled by it
+    within: float = 1.0  # the drift sentinel's end / start within the run
 
     @property
     def name(self) -> str:
@@ -106,7 +109,7 @@ class Job:
             sweep_id=self.sweep, run_id=self.name, experiment="synthetic", variant=v.name,
             target=v.target_model, draft=v.draft_model, k=self.k, dataset=self.dataset,
             difficulty=self.difficulty, prompt_style=v.prompt_style, temperature=0.0,
-            seed=self.seed, concurrency=self.concurrency,
+            seed=self.seed, concurrency=self.concurrency, pairing=self.pairing,
         )  # fmt: skip
 
 
@@ -177,8 +180,13 @@ def records(job: Job) -> list[RequestRecord]:
     tokens = np.maximum(2, out_rng.poisson(v.mean_tokens, n))
     rng = _rng(job.sweep, job.name)
     step_cost = step_time(job) / (theory.expected_tokens(v.alpha, job.k) if job.k else 1.0)
-    tpot = step_cost * _lognormal(rng, n)
-    ttft = PREFILL_S * _lognormal(rng, n)
+    tpot = job.speed * step_cost * _lognormal(rng, n)
+    ttft = job.speed * PREFILL_S * _lognormal(rng, n)
+    plain = step_time(dataclasses.replace(job, k=0))  # the pair: the target without a draft
+    pair_rng = _rng(job.sweep, job.name, "pair")
+    pair_tpot = job.speed * plain * _lognormal(pair_rng, n)
+    pair_ttft = job.speed * PREFILL_S * _lognormal(pair_rng, n)
+    paired = job.pairing == "interleaved"
     hists = _histograms(job, tokens, rng) if job.k else [None] * n
     rejections = _rejections(job, n, rng)
     info = job.info
@@ -212,6 +220,11 @@ def records(job: Job) -> list[RequestRecord]:
                 output_hash=metrics.output_hash(ids),
                 output_token_ids=ids,
                 rejection_tokens=rejections[i],
+                pair_ttft_s=float(pair_ttft[i]) if paired else None,
+                pair_e2e_s=float(pair_ttft[i] + pair_tpot[i] * (len(ids) - 1)) if paired else None,
+                pair_tpot_s=float(pair_tpot[i]) if paired else None,
+                pair_output_tokens=len(ids) if paired else None,
+                pair_output_hash=metrics.output_hash(ids) if paired else None,
             )
         )
     return out
@@ -256,6 +269,12 @@ def summary(job: Job, recs: list[RequestRecord]) -> RunSummary:
         output_tokens_per_s=metrics.tokens_per_s(tokens, wall),
         spec=metrics.total_counts(r.spec_counts for r in recs) if k else None,
         counter_mismatch=None,
+        reference={
+            "engine": "baseline" if job.pairing == "interleaved" else "job",
+            "k": 0,
+            "start_s": job.speed * TARGET_TPOT_S,
+            "end_s": job.speed * job.within * TARGET_TPOT_S,
+        },
     )
 
 

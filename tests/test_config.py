@@ -49,6 +49,7 @@ def test_default_variants_validate_at_k0(variant):
         (["temperature=nan"], "temperature=nan: must be a finite number >= 0"),
         (["temperature=-0.5"], "temperature=-0.5: must be a finite number >= 0"),
         (["variant.prompt_style=verbose"], "variant.prompt_style=verbose: must be one of"),
+        (["pairing=abba"], "pairing=abba: must be one of interleaved, sequential"),
     ],
 )
 def test_out_of_range_values_name_the_key(overrides, message):

@@ -1,7 +1,9 @@
-"""The engine cache and the runner on a real vLLM engine (CPU, tiny random models).
+"""The engine cache, the runner and interleaved pairing on real vLLM engines (CPU, tiny
+random models).
 
-One module-scoped sequence keeps it to two engine launches: plain decoding, then
-draft-model speculation with K = 1.
+One module-scoped sequence keeps it to three engine launches: plain decoding, draft-model
+speculation with K = 1 beside the plain engine (interleaved), then a second plain
+instance beside the first (the A/A check).
 """
 
 from __future__ import annotations
@@ -52,16 +54,21 @@ def overrides(tiny_pair, tmp_path_factory):
     engines.clear()
 
 
+def _rows(cfg) -> list[dict]:
+    """The request rows of a finished job."""
+    path = results.sweep_dir(cfg) / results.job_name(cfg) / results.REQUESTS
+    return pq.read_table(path).to_pylist()
+
+
 def _hashes(cfg) -> dict[str, str]:
     """Output hash by problem id of a finished job."""
-    rows = pq.read_table(results.sweep_dir(cfg) / results.job_name(cfg) / results.REQUESTS)
-    return dict(zip(rows["problem_id"].to_pylist(), rows["output_hash"].to_pylist(), strict=True))
+    return {r["problem_id"]: r["output_hash"] for r in _rows(cfg)}
 
 
-def test_one_launch_per_spec_greedy_speculation_equals_plain_decoding_and_memory_returns(
+def test_one_launch_per_spec_greedy_speculation_equals_plain_decoding_within_each_pair(
     overrides,
 ):
-    plain_cfg = compose_config([*overrides, "variant=cot"])
+    plain_cfg = compose_config([*overrides, "variant=cot", "pairing=sequential"])
     spec_cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1"])
     plain, spec = EngineSpec.from_config(plain_cfg), EngineSpec.from_config(spec_cfg)
     rss_before, _ = _live_tree()
@@ -74,17 +81,24 @@ def test_one_launch_per_spec_greedy_speculation_equals_plain_decoding_and_memory
     assert plain_pids and rss_plain - rss_before > 200  # the engine runs in child processes
     baseline = run_job(plain_cfg, progress=False)
     assert baseline.spec is None and baseline.engine_reused
+    assert baseline.job.pairing == "sequential" and baseline.reference["engine"] == "job"
 
-    summary = run_job(spec_cfg, progress=False)  # the plain engine is shut down for this spec
+    summary = run_job(spec_cfg, progress=False)  # the plain engine stays: the job's baseline
     rss_spec, spec_pids = _live_tree()
-    assert not summary.engine_reused and engines.get(spec)[0].spec == spec
-    assert not any(_alive(pid) for pid in plain_pids - spec_pids)
-    assert rss_spec < rss_plain + 0.25 * (rss_plain - rss_before)  # one engine, not two
+    assert not summary.engine_reused and engines.get_all((spec, plain))[0][0].spec == spec
+    assert plain_pids < spec_pids  # both engines live
+    assert rss_spec > rss_plain + 0.5 * (rss_plain - rss_before)  # two engines, not one
     assert engines.launches() == launches + 2
 
     assert _hashes(spec_cfg) == _hashes(plain_cfg)  # greedy speculation == plain decoding
     assert summary.counter_mismatch is None
     assert summary.spec.num_steps > 0 and summary.spec.num_draft_tokens == summary.spec.num_steps
+    assert summary.job.pairing == "interleaved"
+    rows = _rows(spec_cfg)
+    assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
+    assert all(r["pair_tpot_s"] > 0 and r["pair_e2e_s"] > r["pair_ttft_s"] > 0 for r in rows)
+    assert summary.reference["engine"] == "baseline" and summary.reference["k"] == 0
+    assert summary.reference["start_s"] > 0 and summary.reference["end_s"] > 0
 
 
 def test_sampled_speculation_records_the_corrections_at_rejections(overrides):
@@ -108,7 +122,7 @@ def test_sampled_speculation_records_the_corrections_at_rejections(overrides):
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_generate_keeps_the_requested_number_of_requests_in_flight(overrides, concurrency):
     job = prepare(compose_config([*overrides, "variant=cot_sd", "spec.k=1"]))
-    engine, _ = engines.get(job.spec)
+    engine, _ = engines.get_all(job.specs)[0]
     spans: dict[int, tuple[float, float]] = {}  # wall-clock (arrival, finish) per request
 
     def on_output(index, output):
@@ -129,7 +143,7 @@ def test_generate_keeps_the_requested_number_of_requests_in_flight(overrides, co
 
 def test_calibration_sees_every_engine_step_of_a_request(overrides):
     job = prepare(compose_config([*overrides, "variant=cot_sd", "spec.k=1"]))
-    engine, _ = engines.get(job.spec)
+    engine, _ = engines.get_all(job.specs)[0]
     steps: dict[str, int] = {}
     drafted: dict[str, int] = {}
 
@@ -147,3 +161,27 @@ def test_calibration_sees_every_engine_step_of_a_request(overrides):
     assert len(steps) == 3 and {r: n - 1 for r, n in steps.items()} == drafted
     measured = calibrate.measure(engine.llm, load_tokenizer(job.spec.target), 1, 1)
     assert measured.undrafted == 0 and measured.units > 0 and measured.per_unit_s > 0
+
+
+def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
+    """The A/A check: K = 0 interleaved runs beside a second instance of the same engine;
+    the speculative engine shuts down, the plain one is kept."""
+    cfg = compose_config([*overrides, "variant=cot", "max_tokens=16"])
+    live = engines.get_all(
+        prepare(compose_config([*overrides, "variant=cot_sd", "spec.k=1"])).specs
+    )
+    spec_pids = {p.pid for p in psutil.Process().children(recursive=True)}
+    launches = engines.launches()
+    summary = run_job(cfg, progress=False)
+    assert summary.job.pairing == "interleaved" and summary.engine_reused
+    assert engines.launches() == launches + 1
+    pair = engines.get_all(prepare(cfg).specs)
+    assert [reused for _, reused in pair] == [True, True]
+    assert pair[0][0] is live[1][0] and pair[1][0] is not live[1][0]  # the kept plain engine
+    now = {p.pid for p in psutil.Process().children(recursive=True)}
+    started = now - spec_pids  # the second instance's processes (and its watchdog)
+    assert started and any(not _alive(pid) for pid in spec_pids - now)
+    rows = _rows(cfg)
+    assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
+    engines.clear()
+    assert not any(_alive(pid) for pid in started)

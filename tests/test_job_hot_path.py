@@ -41,7 +41,7 @@ def test_a_slow_grader_adds_nothing_to_latencies_or_wall_time(overrides, monkeyp
     job = prepare(compose_config([*overrides, "variant=cot", "limit=8", "concurrency=4"]))
     engine, _ = engines.get(job.spec)
     warm_up(job, engine.llm)
-    fast, fast_wall = run(job, engine.llm, progress=False)
+    fast, fast_wall, _ = run(job, engine.llm, progress=False)
     real_grade = runner.grade
 
     def slow_grade(*args, **kwargs):
@@ -51,7 +51,7 @@ def test_a_slow_grader_adds_nothing_to_latencies_or_wall_time(overrides, monkeyp
         return real_grade(*args, **kwargs)
 
     monkeypatch.setattr(runner, "grade", slow_grade)
-    slow, slow_wall = run(job, engine.llm, progress=False)
+    slow, slow_wall, _ = run(job, engine.llm, progress=False)
     assert [r.output_hash for r in slow] == [r.output_hash for r in fast]
     # grading inside the step loop delayed the second wave by up to 3 x SLOW_GRADE_S
     for field in ("ttft_s", "e2e_s"):

@@ -87,8 +87,20 @@ def test_plan_of_the_study_prints_engines_memory_and_totals_and_starts_nothing(t
     for method, k in itertools.product(("draft_model", "ngram"), (1, 3, 5, 7)):
         speculative = f"'method': '{method}', 'num_speculative_tokens': {k},"
         assert out.count(speculative) == 2, speculative  # the CoT and the CoD pair
-    assert "totals: 57 job(s), 19 engine launch(es)" in out
+    # interleaved: each target's plain engine runs beside its speculative ones (its A/A
+    # instance at K = 0), each engine with half of the GPU
+    assert "totals: 57 job(s), 22 engine launch(es)" in out
+    assert out.count("pairing: interleaved with its target's plain engine") == 16
+    assert out.count("pairing: interleaved with a second instance of itself") == 3
+    assert re.search(r"baseline beside the other: weights 29\.5 .* 36\.0 GB usable", out)
     assert not (tmp_path / "results" / "qwen2.5" / "base-gsm8k-k0-c1-s0-t0-nall").exists()
+
+
+def test_plan_shows_a_pair_that_cannot_share_its_gpu_falling_back_to_sequential(tmp_path):
+    run = harness(tmp_path, *STUDY, "concurrency=16", "plan=true")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "pairing: the pair does not fit (engine.max_model_len=4096, concurrency=16" in run.stdout
+    assert "its jobs run sequential" in run.stdout
 
 
 def test_plan_that_cannot_fit_exits_2_with_one_line(tmp_path):

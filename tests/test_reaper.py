@@ -124,11 +124,23 @@ engine.get(engine.EngineSpec.from_config(compose_config(sys.argv[1:])))
 print("pids:", *(p.pid for p in psutil.Process().children(recursive=True)), flush=True)
 time.sleep(600)
 """
+# the engines of an interleaved job: the job's own and its baseline, each with a watchdog
+PAIR = """
+import sys, time
+import psutil
+from harness import engine
+from harness.config import compose_config
+from harness.runner import prepare
+assert len(engine.get_all(prepare(compose_config(sys.argv[1:])).specs)) == 2
+print("pids:", *(p.pid for p in psutil.Process().children(recursive=True)), flush=True)
+time.sleep(600)
+"""
 
 
 @pytest.mark.slow
-def test_engine_processes_die_with_a_sigkilled_harness(tiny_overrides):
-    survivors = _kill_parent_and_list_survivors(ENGINE, *tiny_overrides, "variant=cot", timeout=15)
+def test_both_engines_of_a_pair_die_with_a_sigkilled_harness(tiny_overrides):
+    pair = [*tiny_overrides, "variant=cot_sd", "spec.k=1", "pairing=interleaved"]
+    survivors = _kill_parent_and_list_survivors(PAIR, *pair, timeout=15)
     assert survivors == []
 
 

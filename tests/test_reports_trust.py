@@ -3,13 +3,14 @@ answer extraction, hardware, repeats and verdicts that can say no (runs with kno
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from reports import aggregate, hypotheses, load
+from reports import aggregate, hypotheses, load, theory
 from reports.report import make_report
 from tests import run_fixtures
 
@@ -30,7 +31,9 @@ def _patch_summary(job_dir: Path, **fields) -> None:
 
 def _table(root: Path):
     r = load.load(root)
-    return r, aggregate.aggregate(r.requests, r.runs, n_boot=100)
+    return r, aggregate.aggregate(
+        r.requests, aggregate.with_lossless(r.requests, r.runs), n_boot=100
+    )
 
 
 @pytest.fixture
@@ -116,17 +119,49 @@ def test_no_speedup_across_hardware_and_a_note_across_versions(tmp_path):
     assert spec["speedup_tpot"] > 1 and "other versions" in spec["speedup_note"]
 
 
-def test_repeats_show_mean_and_spread_of_speedup_and_acceptance(tmp_path):
-    for seed in (0, 1, 2):
+def test_repeats_show_median_and_range_of_each_speedup_and_acceptance(tmp_path):
+    for seed, speed in ((0, 1.0), (1, 1.3), (2, 0.8)):  # the machine drifts between repeats
         for v, k in (("cot", 0), ("cot_sd", 2)):
-            run_fixtures.write_job(tmp_path, _job(v, k, n=30, seed=seed))
+            job = _job(v, k, n=30, seed=seed, pairing="interleaved", speed=speed)
+            run_fixtures.write_job(tmp_path, job)
     _, t = _table(tmp_path)
     spec = t.set_index("k").loc[2]
     assert spec["n_repeats"] == 3
-    assert spec["speedup_tpot_repeat_mean"] > 1 and spec["speedup_tpot_repeat_std"] > 0
+    for name in aggregate.SPEEDUPS:
+        low, mid, high = (spec[f"{name}_repeat_{s}"] for s in ("min", "median", "max"))
+        assert 1 < low < mid < high
     assert 0 < spec["acceptance_rate_repeat_std"] < 0.1
+    assert spec["reference_spread"] == pytest.approx(1.3 / 0.8 - 1)
     text = make_report(tmp_path, tmp_path / "out", n_boot=50).read_text()
     assert "## Repeats" in text
+    assert f"drift sentinel differs by {1.3 / 0.8 - 1:.1%} across its runs" in text
+
+
+def test_interleaved_speedups_pair_each_request_with_its_own_baseline(tmp_path):
+    """The K = 0 run ran on a machine 1.5x slower: the sequential speedup takes the drift
+    for speculation, the interleaved one (its pairs ran beside it) does not."""
+    truth = theory.expected_tokens(V["cot_sd"].alpha, 2) / (2 * V["cot_sd"].cost + 1)
+    run_fixtures.write_job(tmp_path, _job("cot", 0, n=60, speed=1.5, pairing="interleaved"))
+    for pairing in ("sequential", "interleaved"):
+        job = _job("cot_sd", 2, n=60, pairing=pairing, within=1.08)
+        run_fixtures.write_job(tmp_path / pairing, job)
+        for other in (tmp_path / "t").iterdir():  # the same K = 0 run for both
+            target = tmp_path / pairing / "t" / other.name
+            if not target.exists():
+                target.symlink_to(other)
+    rows = {}
+    for pairing in ("sequential", "interleaved"):
+        _, t = _table(tmp_path / pairing)
+        rows[pairing] = t[t["pairing"] == pairing].set_index("k").loc[2]
+        aa = t[t["k"] == 0].iloc[0]
+        assert aa["pairing"] == "interleaved" and abs(aa["speedup_tpot"] - 1) < 0.05  # A/A
+    assert rows["sequential"]["speedup_tpot"] == pytest.approx(1.5 * truth, rel=0.08)
+    paired = rows["interleaved"]
+    assert paired["speedup_tpot_lo"] < truth < paired["speedup_tpot_hi"]
+    assert paired["baseline_tpot_s"] == pytest.approx(run_fixtures.TARGET_TPOT_S, rel=0.05)
+    assert paired["lossless_fraction"] == 1.0 and paired["reference_drift"] == pytest.approx(0.08)
+    text = make_report(tmp_path / "interleaved", tmp_path / "out", n_boot=50).read_text()
+    assert "| interleaved |" in text and "moved +8.0% within a run" in text
 
 
 def test_speculation_is_refuted_when_no_k_beats_k0(tmp_path):
@@ -154,3 +189,21 @@ def test_best_k_is_chosen_on_one_half_and_judged_on_the_other(tmp_path):
     expected = x["tpot_s"].mean() / y["tpot_s"].mean()
     assert f"TPOT speedup {expected:.2f} [" in v.evidence and "best K=3" in v.evidence
     assert v.verdict == "supported"
+
+
+@pytest.mark.parametrize("aa", [1.0, 1.06])
+def test_a_speedup_inside_the_noise_floor_is_no_detectable_effect(tmp_path, aa):
+    """A 4% speedup, measured tightly: supported when the A/A check reads 1.00, "no
+    detectable effect" when the same engine twice differs by 6%."""
+    slight = dataclasses.replace(V["cot_sd"], alpha=0.2, cost=0.15)
+    base = _job("cot", 0, n=200, pairing="interleaved")
+    recs = run_fixtures.records(base)
+    run_fixtures.write_job(tmp_path, base, run_fixtures.with_columns(
+        recs, pair_tpot_s=[r.tpot_s * aa for r in recs]))  # fmt: skip
+    spec = run_fixtures.Job("t", slight, "synth_easy", "easy", 1, n_problems=200,
+                            pairing="interleaved")  # fmt: skip
+    run_fixtures.write_job(tmp_path, spec)
+    r, t = _table(tmp_path)
+    (v,) = [v for v in hypotheses.judge(r.requests, t, n_boot=200) if v.hypothesis == 2]
+    assert v.verdict == ("supported" if aa == 1.0 else hypotheses.NO_EFFECT), v.evidence
+    assert ("A/A 1.060" in v.evidence) == (aa != 1.0)

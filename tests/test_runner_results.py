@@ -15,13 +15,13 @@ from harness.metrics import SpecCounts, output_hash
 from harness.records import JobInfo, RequestRecord, RunSummary
 
 COLUMNS = results.request_schema().names  # derived from JobInfo + RequestRecord
-SPEC_COLUMNS = COLUMNS[COLUMNS.index("num_spec_steps") : -3]
+SPEC_COLUMNS = COLUMNS[COLUMNS.index("num_spec_steps") : COLUMNS.index("output_hash")]
 SUMMARY_KEYS = {
     *("sweep_id", "run_id", "complete", "experiment", "variant", "target", "draft", "k"),
     *("dataset", "difficulty", "prompt_style", "concurrency", "seed", "temperature"),
     *("config", "config_hash", "versions", "hardware", "engine_start_s", "engine_reused"),
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
-    *("spec", "counter_mismatch", "repeat", "draft_sample_method"),
+    *("spec", "counter_mismatch", "repeat", "draft_sample_method", "pairing", "reference"),
     *("run_key", "models", "dataset_digest", "git", "command"),  # provenance
 }
 

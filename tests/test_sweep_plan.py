@@ -40,13 +40,18 @@ def test_default_grid_drops_draftless_speculation_and_duplicate_baselines(defaul
     assert "dropped 27 with spec.k>0 for a variant without a draft" in planned.note()
 
 
-def test_each_engine_spec_runs_in_one_block_baselines_first_dataset_fastest(default_grid):
+def test_each_engine_spec_runs_in_one_block_by_target_baseline_first_dataset_fastest(
+    default_grid,
+):
     configs = {tuple(o): c for o, c in default_grid}
     jobs = plan(default_grid).jobs
     specs = [EngineSpec.from_config(configs[tuple(o)]) for o in jobs]
     blocks = [spec for spec, _ in itertools.groupby(specs)]
     assert len(blocks) == len(set(specs)) == 9  # 3 targets at k=0 + 2 pairs x 3 K
-    assert [b.k for b in blocks[:3]] == [0, 0, 0]
+    targets = [target for target, _ in itertools.groupby(b.target for b in blocks)]
+    assert len(targets) == len(set(targets)) == 3  # a target's plain engine serves its pairs
+    for target in targets:
+        assert next(b.k for b in blocks if b.target == target) == 0
     assert [_axis(o, "dataset") for o in jobs[:3]] == ["synth_easy", "synth_medium", "synth_hard"]
 
 

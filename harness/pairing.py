@@ -1,0 +1,60 @@
+"""Interleaved pairing: the order in which a job's engine (side A) and its baseline engine
+(side B, the target without a speculator; at K = 0 a second instance of the same engine,
+the A/A check) receive the same problems, and the join of the two sides' records.
+
+Problems go in waves of the job's concurrency. The sides take turns wave by wave in the
+order of :data:`PATTERN` (ABBA: wave 0 A then B, wave 1 B then A, ...), so each side runs
+first in half the waves and right after a switch in half of them; before each switch's
+first wave the engine switched to runs one unrecorded short request (``settle``), which
+takes the cost of waking it (``bench/pairing.py`` measures both). Each of the job's
+records then carries its problem's baseline timing and output hash (:func:`join`): the
+paired speedup divides two measurements seconds apart, not two runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from harness.records import RequestRecord
+
+JOB, BASELINE = "A", "B"
+PATTERN = "ABBA"
+
+
+def schedule(n: int, wave: int, pattern: str = PATTERN) -> list[tuple[str, range]]:
+    """(side, problem indices) in run order: ``n`` problems in waves of ``wave``, the sides
+    of wave w in the order of ``pattern``'s pair w (mod its length / 2)."""
+    if n < 0 or wave < 1 or len(pattern) % 2 or set(pattern) != {JOB, BASELINE}:
+        raise ValueError(f"schedule({n}, {wave}, {pattern!r}): bad arguments")
+    pairs = [pattern[i : i + 2] for i in range(0, len(pattern), 2)]
+    if any(sorted(p) != [JOB, BASELINE] for p in pairs):
+        raise ValueError(f"pattern {pattern!r}: each pair of letters must be AB or BA")
+    out = []
+    for w, start in enumerate(range(0, n, wave)):
+        ids = range(start, min(start + wave, n))
+        out += [(side, ids) for side in pairs[w % len(pairs)]]
+    return out
+
+
+def join(
+    records: Sequence[RequestRecord], baseline: Sequence[RequestRecord]
+) -> list[RequestRecord]:
+    """The job's records, each with its problem's baseline timing and output hash.
+
+    Raises:
+        ValueError: the two sides did not answer the same problems in the same order.
+    """
+    if [r.problem_id for r in records] != [b.problem_id for b in baseline]:
+        raise ValueError("pairing: the job and its baseline answered different problems")
+    return [
+        dataclasses.replace(
+            r,
+            pair_ttft_s=b.ttft_s,
+            pair_e2e_s=b.e2e_s,
+            pair_tpot_s=b.tpot_s,
+            pair_output_tokens=b.output_tokens,
+            pair_output_hash=b.output_hash,
+        )
+        for r, b in zip(records, baseline, strict=True)
+    ]

@@ -1,0 +1,55 @@
+"""The interleaved order of a job's engine (A) and its baseline (B), and the join of their records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness import pairing
+from tests import run_fixtures
+
+
+def _flat(plan: list[tuple[str, range]]) -> str:
+    return " ".join(side + "".join(map(str, ids)) for side, ids in plan)
+
+
+def test_abba_waves_cover_every_problem_once_per_side_in_order():
+    assert _flat(pairing.schedule(5, 2)) == "A01 B01 B23 A23 A4 B4"
+    assert _flat(pairing.schedule(3, 1, "AB")) == "A0 B0 A1 B1 A2 B2"
+    for n, wave in ((0, 1), (7, 3), (40, 1), (41, 4)):
+        plan = pairing.schedule(n, wave)
+        for side in (pairing.JOB, pairing.BASELINE):
+            done = [i for s, ids in plan if s == side for i in ids]
+            assert done == list(range(n))
+
+
+@pytest.mark.parametrize("waves", [4, 40])
+def test_each_side_goes_first_and_follows_a_switch_equally_often(waves):
+    plan = pairing.schedule(waves, 1)
+    first = {s: 0 for s in (pairing.JOB, pairing.BASELINE)}
+    switched = dict(first)
+    for i, (side, _) in enumerate(plan):
+        first[side] += i % 2 == 0
+        switched[side] += i > 0 and plan[i - 1][0] != side
+    assert first[pairing.JOB] == first[pairing.BASELINE] == waves // 2
+    assert abs(switched[pairing.JOB] - switched[pairing.BASELINE]) <= 1
+
+
+@pytest.mark.parametrize("args", [(3, 0, "ABBA"), (3, 1, "ABB"), (3, 1, "AABB"), (-1, 1, "AB")])
+def test_a_bad_schedule_is_refused(args):
+    with pytest.raises(ValueError):
+        pairing.schedule(*args)
+
+
+def test_join_carries_the_baselines_timing_and_refuses_other_problems():
+    job = run_fixtures.Job("t", run_fixtures.SEED_STUDY[3], "synth_easy", "easy", 2, n_problems=3)
+    records = run_fixtures.records(job)
+    base = [dataclasses.replace(r, tpot_s=0.05, e2e_s=2.0, ttft_s=0.1) for r in records]
+    joined = pairing.join(records, base)
+    assert [r.pair_tpot_s for r in joined] == [0.05] * 3
+    assert [(r.pair_e2e_s, r.pair_ttft_s) for r in joined] == [(2.0, 0.1)] * 3
+    assert [r.pair_output_hash for r in joined] == [r.output_hash for r in records]
+    assert [r.tpot_s for r in joined] == [r.tpot_s for r in records]
+    with pytest.raises(ValueError, match="different problems"):
+        pairing.join(records, base[::-1])
