@@ -56,13 +56,12 @@ def request_schema() -> Any:
 
 def job_name(cfg: Any) -> str:
     """Readable, unique-per-sweep name: ``<variant>-<dataset>-k<K>-c<conc>-s<seed>-t<temp>-n<limit>``,
-    plus ``-r<repeat>`` for repeats after the first and ``-seq`` for sequential pairing."""
+    plus ``-r<repeat>`` for repeats after the first."""
     limit = "all" if cfg.limit is None else cfg.limit
     repeat = f"-r{cfg.repeat}" if cfg.repeat else ""
-    alone = "-seq" if cfg.pairing == "sequential" else ""
     return (
         f"{cfg.variant.name}-{cfg.dataset.name}-k{cfg.spec.k}-c{cfg.concurrency}"
-        f"-s{cfg.seed}-t{cfg.temperature:g}-n{limit}{repeat}{alone}"
+        f"-s{cfg.seed}-t{cfg.temperature:g}-n{limit}{repeat}"
     )
 
 

@@ -27,6 +27,7 @@ the reason in ``speedup_note``; other versions only add a note.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -215,10 +216,12 @@ def _group_stats(groups: dict[tuple, Block], n_boot: int, seed: int) -> pd.DataF
     offsets = np.array([r.offset for r in RATIOS])
     rows = []
     for key, block in groups.items():
-        point, lo, hi = bootstrap.ratio(*block.arrays(RATIOS), n_boot, seed)
+        num, den = block.arrays(RATIOS)
+        point, lo, hi = bootstrap.ratio(num, den, n_boot, seed)
         stats = _ci_columns([r.name for r in RATIOS], point + offsets, lo + offsets, hi + offsets)
+        dropped = bootstrap.dropped(den, n_boot, seed)[np.isfinite(point)]
         rows.append({**dict(zip(GROUP, key, strict=True)), "n_problems": len(block.problems),
-                     **stats})  # fmt: skip
+                     **stats, "boot_dropped": int(dropped.max(initial=0))})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -415,21 +418,29 @@ DRIFT = 0.05  # a reference that moved more than this within a run or across run
 
 
 def _drift(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per group, from its runs' drift sentinel (``harness.job.Reference``):
-    ``reference_drift``, the largest move of the reference within a run (end / start - 1,
-    signed, the largest in size), and ``reference_spread``, max / min - 1 of the runs'
-    starting references (runs compared across time: repeats)."""
-    start = runs.get("reference_start_s", pd.Series(np.nan, index=runs.index)).astype(float)
-    end = runs.get("reference_end_s", pd.Series(np.nan, index=runs.index)).astype(float)
-    frame = runs[list(GROUP)].assign(reference_drift=end / start - 1, _start=start)
-    largest = frame.assign(_abs=frame["reference_drift"].abs()).sort_values(
-        "_abs", ascending=False, na_position="last", kind="stable"
+    """Per group, from its runs' drift sentinel (``harness.job.Reference``), each the
+    largest in size over the group's runs: ``reference_drift``, the reference's move within
+    a run (end / start - 1); ``reference_shift``, a run's reference over the median of its
+    sweep's references on the same plain target (runs timed on a plain engine: K = 0 and
+    interleaved ones) - 1, the machine's speed then against the sweep's; and
+    ``reference_spread``, max / min - 1 of the group's runs' references (repeats)."""
+    nan = pd.Series(np.nan, index=runs.index)
+    start = runs.get("reference_start_s", nan).astype(float)
+    end = runs.get("reference_end_s", nan).astype(float)
+    plain = start.where(runs.get("reference_k", nan) == 0)
+    median = plain.groupby([runs["sweep_id"], runs["target"]]).transform("median")
+    frame = runs[list(GROUP)].assign(
+        reference_drift=end / start - 1, reference_shift=plain / median - 1, _start=start
     )
-    largest = largest.drop_duplicates(list(GROUP))[[*GROUP, "reference_drift"]]
-    spread = frame.groupby(list(GROUP), sort=True, dropna=False)["_start"].agg(
-        lambda x: x.max() / x.min() - 1
-    )
-    return largest.merge(spread.rename("reference_spread").reset_index(), on=list(GROUP))
+    grouped = frame.groupby(list(GROUP), sort=True, dropna=False)
+    out = grouped["_start"].agg(lambda x: x.max() / x.min() - 1).rename("reference_spread")
+    parts = [out.reset_index()]
+    for col in ("reference_drift", "reference_shift"):
+        largest = frame.assign(_abs=frame[col].abs()).sort_values(
+            "_abs", ascending=False, na_position="last", kind="stable"
+        )
+        parts.append(largest.drop_duplicates(list(GROUP))[[*GROUP, col]])
+    return functools.reduce(lambda a, b: a.merge(b, on=list(GROUP)), parts)
 
 
 def hardware_id(runs: pd.DataFrame) -> pd.Series:

@@ -1,4 +1,4 @@
-"""Percentile bootstrap over problems for ratio-of-sums statistics.
+"""BCa bootstrap over problems for ratio-of-sums statistics.
 
 Every statistic of the report is a ratio of sums over requests: accuracy = correct / n,
 acceptance rate = accepted / proposed, mean TPOT = sum of TPOTs / requests with a TPOT,
@@ -11,6 +11,16 @@ compared with :func:`paired` share it too (a paired bootstrap over their problem
 The matrix W depends only on the number of problems and the report seed
 (:func:`weights`), so a group's interval does not depend on which other groups were
 loaded, and W is drawn once per group size rather than once per group.
+
+Intervals are bias-corrected and accelerated (BCa, Efron 1987; as
+``scipy.stats.bootstrap(method="BCa")``): the percentiles of the replicates are shifted by
+the bias z0 (the share of replicates below the point estimate) and the acceleration a
+(the skewness of the leave-one-problem-out jackknife), which percentile intervals leave
+out and which makes them under-cover at 10-50 problems. It is computed here rather than
+by scipy so every statistic of a group, and both groups of a comparison, keep sharing one
+W. A replicate whose denominator is 0 has no value and is left out (``dropped`` counts
+them); where BCa is undefined (every replicate on one side of the estimate) the
+percentile interval stands.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import warnings
 import numpy as np
 
 N_BOOT = 1000  # replicates
-LEVEL = 0.95  # two-sided coverage of the percentile interval
+LEVEL = 0.95  # two-sided coverage of the interval
 
 
 @functools.lru_cache(maxsize=8)
@@ -34,12 +44,41 @@ def weights(n_units: int, n_boot: int, seed: int) -> np.ndarray:
     return w
 
 
-def _interval(replicates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    tail = 100 * (1 - LEVEL) / 2
-    with warnings.catch_warnings():
+def _interval(
+    replicates: np.ndarray, point: np.ndarray, jackknife: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """BCa bounds per column of (replicates, statistics), from the point estimates and the
+    (problems, statistics) leave-one-out estimates; NaN replicates are left out."""
+    from scipy.stats import norm
+
+    tail = (1 - LEVEL) / 2
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN bounds
-        lo, hi = np.nanpercentile(replicates, [tail, 100 - tail], axis=0)
+        valid = (~np.isnan(replicates)).sum(0)
+        below = (replicates < point).sum(0) + 0.5 * (replicates == point).sum(0)
+        z0 = norm.ppf(below / valid)
+        d = np.nanmean(jackknife, 0) - jackknife
+        a = np.nansum(d**3, 0) / (6 * np.nansum(d**2, 0) ** 1.5)
+        a = np.where(np.isfinite(a), a, 0.0)
+        z = norm.ppf([tail, 1 - tail])[:, None]
+        q = norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))
+        q = np.where(np.isfinite(q), q, [[tail], [1 - tail]])  # BCa undefined: percentile
+        lo, hi = (
+            np.array([np.nanquantile(replicates[:, j], q[i, j]) for j in range(point.size)])
+            for i in (0, 1)
+        )
     return lo, hi
+
+
+def dropped(den: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
+    """Replicates with a zero denominator per column of (problems, statistics) ``den``
+    (left out of the interval)."""
+    return (weights(len(den), n_boot, seed) @ den == 0).sum(0)
+
+
+def _jackknife(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """(problems, statistics) ratios of the sums without each problem in turn."""
+    return _ratio(num.sum(0) - num, den.sum(0) - den)
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -58,8 +97,9 @@ def ratio(
         (point, lo, hi), each of length ``statistics``; NaN where the denominator is 0.
     """
     w = weights(len(num), n_boot, seed)
-    lo, hi = _interval(_ratio(w @ num, w @ den))
-    return _ratio(num.sum(0), den.sum(0)), lo, hi
+    point = _ratio(num.sum(0), den.sum(0))
+    lo, hi = _interval(_ratio(w @ num, w @ den), point, _jackknife(num, den))
+    return point, lo, hi
 
 
 def paired(
@@ -83,8 +123,10 @@ def paired(
     w = weights(len(x[0]), n_boot, seed)
     mx, my = _ratio(w @ x[0], w @ x[1]), _ratio(w @ y[0], w @ y[1])
     px, py = _ratio(x[0].sum(0), x[1].sum(0)), _ratio(y[0].sum(0), y[1].sum(0))
+    jx, jy = _jackknife(*x), _jackknife(*y)
     if how == "ratio":
-        lo, hi = _interval(_ratio(my, mx))
-        return _ratio(py, px), lo, hi
-    lo, hi = _interval(my - mx)
+        point = _ratio(py, px)
+        lo, hi = _interval(_ratio(my, mx), point, _ratio(jy, jx))
+        return point, lo, hi
+    lo, hi = _interval(my - mx, py - px, jy - jx)
     return py - px, lo, hi

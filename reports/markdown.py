@@ -274,6 +274,15 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         if drift is not None and abs(drift) > aggregate.DRIFT:
             notes.append(f"- {name}: the drift sentinel moved {drift:+.1%} within a run "
                          f"(more than {aggregate.DRIFT:.0%}); its timings are suspect")  # fmt: skip
+        if r.get("boot_dropped", 0):
+            notes.append(f"- {name}: up to {num(r['boot_dropped'], 0)} bootstrap replicate(s) "
+                         "of a statistic drew only problems with a zero denominator and were "
+                         "left out of its interval")  # fmt: skip
+        shift = r.get("reference_shift")
+        if shift is not None and abs(shift) > aggregate.DRIFT:
+            notes.append(f"- {name}: the drift sentinel read {shift:+.1%} against the sweep's "
+                         "median for this target: the machine ran at another speed during "
+                         "this run than during the others")  # fmt: skip
         spread = r.get("reference_spread")
         if spread is not None and spread > aggregate.DRIFT:
             notes.append(f"- {name}: the drift sentinel differs by {spread:.1%} across its "

@@ -17,7 +17,8 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture
 def tiny_overrides(tiny_pair, tmp_path) -> list[str]:
-    """Overrides for a short job on the tiny pair (variants cot / cot_sd), results in tmp_path."""
+    """Overrides for a short job on the tiny pair (variants cot / cot_sd), results in tmp_path,
+    one engine per job (``pairing=sequential``)."""
     target, draft = tiny_pair
     return [
         f"models.targets.cot={target}",
@@ -25,4 +26,5 @@ def tiny_overrides(tiny_pair, tmp_path) -> list[str]:
         f"results_dir={tmp_path / 'results'}",
         "limit=3",
         "max_tokens=24",
+        "pairing=sequential",  # one engine per job; the tests of pairing ask for interleaved
     ]

@@ -271,7 +271,7 @@ def summary(job: Job, recs: list[RequestRecord]) -> RunSummary:
         counter_mismatch=None,
         reference={
             "engine": "baseline" if job.pairing == "interleaved" else "job",
-            "k": 0,
+            "k": 0 if job.pairing == "interleaved" else job.k,
             "start_s": job.speed * TARGET_TPOT_S,
             "end_s": job.speed * job.within * TARGET_TPOT_S,
         },

@@ -29,6 +29,7 @@ def overrides(tiny_pair, tmp_path_factory):
         f"results_dir={out / 'results'}",
         "max_tokens=16",
         "calibrate=false",
+        "pairing=sequential",
     ]
     engines.clear()
 

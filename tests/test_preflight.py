@@ -92,7 +92,7 @@ def _estimate_and_measure(
 
     common = [f"models.targets.cot={target}", f"models.drafts.cot={draft}",
               f"results_dir={tmp_path / 'results'}", "limit=6", "max_tokens=40",
-              "calibrate=false"]  # fmt: skip
+              "calibrate=false", "pairing=sequential"]  # fmt: skip
     engines.clear()
     try:
         base_cfg = compose_config([*common, "variant=cot", "spec.k=0"])

@@ -12,6 +12,7 @@ import pytest
 
 from harness import preflight
 from reports import aggregate, bootstrap, hypotheses, load, rejections, tables, theory
+from reports.report import make_report
 from tests import run_fixtures
 
 V = {v.name: v for v in run_fixtures.SEED_STUDY}
@@ -304,6 +305,42 @@ def test_bootstrap_ratio_and_paired_comparisons():
     assert diff[0] == pytest.approx(num.sum(0) / den.sum(0))
     with pytest.raises(ValueError, match="how='sum'"):
         bootstrap.paired((num, den), (num, den), "sum", 10)
+
+
+@pytest.mark.parametrize("data_seed", [0, 2])
+def test_bootstrap_intervals_are_bca_as_scipy_computes_them(data_seed):
+    """A mean of 12 skewed values: scipy's BCa bounds, which the percentile interval misses
+    by 10-20% here; a paired ratio likewise."""
+    from scipy.stats import bootstrap as scipy_bootstrap
+
+    rng = np.random.default_rng(data_seed)
+    x, y = rng.lognormal(0, 1.5, 12), rng.lognormal(0, 1.5, 12)
+    ones = np.ones((12, 1))
+    _, lo, hi = bootstrap.ratio(x[:, None], ones, 20000, seed=3)
+    want = scipy_bootstrap((x,), np.mean, method="BCa", n_resamples=20000, random_state=3)
+    assert lo[0] == pytest.approx(want.confidence_interval.low, rel=0.03)
+    assert hi[0] == pytest.approx(want.confidence_interval.high, rel=0.03)
+    _, lo, hi = bootstrap.paired((x[:, None], ones), (y[:, None], ones), "ratio", 20000, 3)
+    want = scipy_bootstrap(
+        (x, y), lambda a, b, axis=-1: b.mean(axis) / a.mean(axis), paired=True,
+        method="BCa", n_resamples=20000, random_state=3,
+    ).confidence_interval  # fmt: skip
+    assert lo[0] == pytest.approx(want.low, rel=0.03) and hi[0] == pytest.approx(
+        want.high, rel=0.03
+    )
+
+
+def test_replicates_with_a_zero_denominator_are_counted_and_noted(tmp_path):
+    den = np.array([[0.0], [0.0], [1.0]])
+    w = bootstrap.weights(3, 1000, 0)
+    assert bootstrap.dropped(den, 1000, 0)[0] == (w[:, 2] == 0).sum() > 200
+    _, lo, hi = bootstrap.ratio(np.array([[0.0], [0.0], [0.5]]), den, 1000, 0)
+    assert lo[0] == hi[0] == 0.5  # from the replicates that drew problem 2 only
+    job = run_fixtures.Job("t", run_fixtures.SEED_STUDY[1], "synth_easy", "easy", 0, n_problems=3)
+    recs = run_fixtures.with_columns(run_fixtures.records(job), tpot_s=[None, None, 0.02])
+    run_fixtures.write_job(tmp_path, job, recs)
+    text = make_report(tmp_path, tmp_path / "out", n_boot=1000).read_text()
+    assert f"up to {(w[:, 2] == 0).sum()} bootstrap replicate(s)" in text
 
 
 def test_bootstrap_weights_are_fixed_by_size_and_seed():

@@ -160,8 +160,12 @@ def test_interleaved_speedups_pair_each_request_with_its_own_baseline(tmp_path):
     assert paired["speedup_tpot_lo"] < truth < paired["speedup_tpot_hi"]
     assert paired["baseline_tpot_s"] == pytest.approx(run_fixtures.TARGET_TPOT_S, rel=0.05)
     assert paired["lossless_fraction"] == 1.0 and paired["reference_drift"] == pytest.approx(0.08)
+    # the sentinel on the plain target: 1.0 here against the median of 1.5 and 1.0
+    assert paired["reference_shift"] == pytest.approx(1 / 1.25 - 1)
+    assert np.isnan(rows["sequential"]["reference_shift"])  # timed on its own engine
     text = make_report(tmp_path / "interleaved", tmp_path / "out", n_boot=50).read_text()
     assert "| interleaved |" in text and "moved +8.0% within a run" in text
+    assert "read -20.0% against the sweep's median" in text
 
 
 def test_speculation_is_refuted_when_no_k_beats_k0(tmp_path):

@@ -52,6 +52,7 @@ def overrides(tmp_path_factory) -> list[str]:
         f"results_dir={tmp_path_factory.mktemp('smollm2_results')}",
         "limit=2",
         "max_tokens=48",
+        "pairing=sequential",
     ]
     engines.clear()
 

@@ -112,9 +112,12 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(basic):
             x for x in resumed.stdout.splitlines() if name in x
         ]
     summaries = {n: json.loads((sweep / n / results.SUMMARY).read_text()) for n in JOBS}
-    assert summaries[JOBS[0]]["engine_launches"] == summaries[JOBS[1]]["engine_launches"] == 1
+    # interleaved: K = 0 runs beside a second instance of its engine (the A/A check), K = 1
+    # beside the target's plain engine; each process started two engines
+    assert summaries[JOBS[0]]["engine_launches"] == summaries[JOBS[1]]["engine_launches"] == 2
     assert summaries[JOBS[1]]["engine_reused"] and summaries[JOBS[3]]["engine_reused"]
-    assert summaries[JOBS[3]]["engine_launches"] == 1  # the resumed process started one engine
+    assert summaries[JOBS[3]]["engine_launches"] == 2  # the resumed process: K = 1 + plain
+    assert {s["pairing"] for s in summaries.values()} == {"interleaved"}
     assert not (sweep / results.FAILURES).exists()
     # written to a pipe, not a terminal (harness.console): whole progress lines, no vLLM INFO
     log = resumed.stdout + resumed.stderr
@@ -187,7 +190,7 @@ def test_submitit_local_matches_basic_launcher_and_resumes(basic, tmp_path):
         for job in jobs.iterdir()
         if results.read_summary(job) is not None
     }
-    assert sorted(launches.values()) == [1, 1, 1, 1]  # each task started one engine
+    assert sorted(launches.values()) == [2, 2, 2, 2]  # each task started its pair of engines
 
     # greedy decoding: the same tables whichever launcher ran the jobs
     pd.testing.assert_frame_equal(
