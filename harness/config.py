@@ -86,6 +86,9 @@ class EngineConfig:
     draft_tensor_parallel_size: int | None = None
     enforce_eager: bool = False
     cpu_kvcache_space_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE on CPU
+    # VLLM_CPU_OMP_THREADS_BIND on CPU: the cores of the model's threads ("0-1", "1", ...);
+    # None leaves vLLM's "auto" (docs/PAIRING.md measures placements)
+    cpu_threads_bind: str | None = None
     max_num_seqs: int = 256
     enable_prefix_caching: bool = False
     gpu_memory_gb: float | None = None  # one GPU's memory, for the memory pre-flight

@@ -28,6 +28,10 @@ from harness.checks import resolve_model
 # Per-step accepted/drafted arrays make rejection_tokens possible; cost: two ints per step.
 SPEC_METRICS_LEVEL = "detailed"
 WARMUP_TOKENS = 8
+# engine settings vLLM reads from the environment (CPU only), by ``engine`` config key
+ENV = {"cpu_kvcache_space_gib": "VLLM_CPU_KVCACHE_SPACE",
+       "cpu_threads_bind": "VLLM_CPU_OMP_THREADS_BIND"}  # fmt: skip
+_SHELL = {name: os.environ.get(name) for name in ENV.values()}  # what a spec leaves unset
 
 
 @dataclass(frozen=True)
@@ -110,9 +114,10 @@ class EngineSpec:
         return kwargs
 
     def env(self) -> dict[str, str]:
-        """Environment variables the engine reads at start (CPU KV cache size in GiB)."""
-        space = dict(self.settings).get("cpu_kvcache_space_gib")
-        return {"VLLM_CPU_KVCACHE_SPACE": str(space)} if space is not None else {}
+        """Environment variables the engine reads at start: on CPU the KV cache size in GiB
+        and the cores its threads are bound to."""
+        s = dict(self.settings)
+        return {env: str(s[key]) for key, env in ENV.items() if s.get(key) is not None}
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,12 @@ def _start(spec: EngineSpec) -> Engine:
     global _launches
     from vllm import LLM, SamplingParams
 
-    os.environ.update(spec.env() | {reaper.OWN_GROUP_ENV: "1"})
+    for name, value in (_SHELL | spec.env()).items():  # nothing of an earlier spec's
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    os.environ[reaper.OWN_GROUP_ENV] = "1"
     tic = time.perf_counter()
     before = reaper.descendants()
     watchdog = reaper.watch(reaper.tag(), before)  # before the engine's first process

@@ -116,9 +116,16 @@ def _gpu_driver() -> str | None:
         return None
 
 
-@cache
 def hardware(device: str) -> dict[str, Any]:
-    """The machine: CPU model and cores; GPU name, count, memory (GiB) and driver when present."""
+    """The machine: CPU model and cores; GPU name, count, memory (GiB) and driver when
+    present; on CPU the cores vLLM binds its threads to (``VLLM_CPU_OMP_THREADS_BIND`` as
+    the next engine starts with it, "auto" unless set)."""
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") if device == "cpu" else None
+    return {**_machine(device), "cpu_threads_bind": bind}
+
+
+@cache
+def _machine(device: str) -> dict[str, Any]:
     import torch
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,7 +1,7 @@
 """Aggregates of the request table per (variant, dataset, K, concurrency), with 95% CIs.
 
 A group is one configuration of one sweep (:data:`GROUP`); its seeds pool. Statistics
-(:data:`RATIOS`) are ratios of sums with percentile-bootstrap intervals over problems
+(:data:`RATIOS`) are ratios of sums with BCa bootstrap intervals over problems
 (:mod:`reports.bootstrap`). Speedups compare a group with its baseline by a paired
 bootstrap over problems: an interleaved group (``pairing``, :mod:`harness.pairing`) with
 its own requests' pairs, run seconds apart on the plain target (at K = 0 on a second

@@ -159,7 +159,7 @@ def _definitions(out_dir: Path, n_boot: int, seed: int) -> str:
     link = Path(os.path.relpath(METRICS, out_dir.resolve())).as_posix()
     return (
         f"Every column and statistic is defined in [docs/METRICS.md]({link}) of draftbench. "
-        f"Intervals here: 95% percentile bootstrap over problems ({n_boot} replicates, "
+        f"Intervals here: 95% BCa bootstrap over problems ({n_boot} replicates, "
         f"seed {seed})."
     )
 

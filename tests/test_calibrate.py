@@ -112,9 +112,17 @@ def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
     assert calibrate.cache_key(entry) != key  # another vLLM
     monkeypatch.setattr(provenance, "versions", lambda: versions)
     assert calibrate.cache_key(entry) == key
-    machine = provenance.hardware("cpu")
+    real = provenance.hardware
+    machine = real("cpu")
     monkeypatch.setattr(provenance, "hardware", lambda device: {**machine, "cpu": "another"})
     assert calibrate.cache_key(entry) != key  # another node of a mixed cluster
+    monkeypatch.setattr(provenance, "hardware", real)
+    bound = EngineSpec.plain(str(model), {**settings, "cpu_threads_bind": "1"})
+    assert bound.env()["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert calibrate.cache_key(calibrate.Entry("m", None, 0, bound)) != key  # another placement
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")  # set in the shell: recorded, keyed
+    assert provenance.hardware("cpu")["cpu_threads_bind"] == "0"
+    assert calibrate.cache_key(entry) != key
 
 
 def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):
