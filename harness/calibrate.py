@@ -233,8 +233,10 @@ def sampling_params() -> Any:
     )
 
 
-def measure(llm: Any, tokenizer: Any, k: int, concurrency: int) -> Measurement:
-    """Time :data:`REQUESTS_PER_SLOT` x ``concurrency`` fixed-length requests on a live engine."""
+def measure(
+    llm: Any, tokenizer: Any, k: int, concurrency: int, requests: int = REQUESTS_PER_SLOT
+) -> Measurement:
+    """Time ``requests`` x ``concurrency`` fixed-length requests on a live engine."""
     from harness.runner import generate
 
     streams: dict[str, list[tuple[float, int]]] = {}
@@ -254,7 +256,7 @@ def measure(llm: Any, tokenizer: Any, k: int, concurrency: int) -> Measurement:
             units = token_units(len(completion.token_ids))
             timings.append(decode_timing(stats.first_token_ts, stats.last_token_ts, units))
 
-    n = REQUESTS_PER_SLOT * concurrency
+    n = requests * concurrency
     stream = on_step if k > 0 else None  # plain decoding needs only the final outputs
     generate(llm, prompts(tokenizer, n), sampling_params(), concurrency, on_output, stream)
     drafted_s, undrafted_s = step_costs(timings)
@@ -292,8 +294,8 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def reference(llm: Any, tokenizer: Any, k: int) -> float | None:
-    """The drift sentinel: seconds per unit of the fixed requests at concurrency 1."""
-    return measure(llm, tokenizer, k, 1).per_unit_s
+    """The drift sentinel: seconds per unit of one of the fixed requests (concurrency 1)."""
+    return measure(llm, tokenizer, k, 1, requests=1).per_unit_s
 
 
 def calibrate(

@@ -96,7 +96,7 @@ def summarize(
 
 
 class Reference:
-    """The drift sentinel of one job: the fixed calibration requests
+    """The drift sentinel of one job: a fixed calibration request
     (:func:`harness.calibrate.reference`) timed on one engine at the job's start and end,
     on its baseline engine when interleaved (the plain target, the same across the
     target's jobs), else on its own."""

@@ -144,6 +144,30 @@ def test_position_counts_skip_null_histograms():
     }
 
 
+def test_the_predictions_t_target_is_the_baseline_on_the_problems_the_speedup_pairs(tmp_path):
+    """Sequential: the K = 0 run's TPOT on the problems both answered (a slow problem the
+    K > 0 run lacks stays out); interleaved: the plain target's calibrated time measured in
+    the same window as T_step."""
+    base = run_fixtures.Job("w", V["cot"], "synth_easy", "easy", 0, n_problems=4)
+    spec = run_fixtures.Job("w", V["cot_sd"], "synth_easy", "easy", 2, n_problems=4)
+    run_fixtures.write_job(tmp_path, base, run_fixtures.with_columns(
+        run_fixtures.records(base), tpot_s=[0.02, 0.02, 0.02, 1.0]))  # fmt: skip
+    run_fixtures.write_job(tmp_path, spec, run_fixtures.records(spec)[:3])
+    run_fixtures.write_calibration(tmp_path, [base, spec])
+    row = tables.build_tables(load.load(tmp_path), n_boot=50).table.set_index("k").loc[2]
+    assert row["t_target_s"] == pytest.approx(0.02)  # not the mean over 4 problems, 0.265
+    paired = dataclasses.replace(spec, sweep="p", pairing="interleaved")
+    run_fixtures.write_job(tmp_path, paired)
+    run_fixtures.write_calibration(tmp_path, [paired])
+    cal = next((tmp_path / "p" / ".calibration").glob("*-2-1.json"))
+    record = json.loads(cal.read_text())
+    record["measurements"]["1"]["baseline_per_unit_s"] = 0.033  # timed beside T_step
+    cal.write_text(json.dumps(record))
+    t = tables.build_tables(load.load(tmp_path), n_boot=50).table
+    row = t[t["sweep_id"] == "p"].set_index("k").loc[2]
+    assert row["t_target_s"] == pytest.approx(0.033)
+
+
 def test_cost_model_predicts_from_calibrated_step_times_and_finds_the_best_k(tmp_path):
     v = V["cot_sd"]
     jobs = [run_fixtures.Job("f", V["cot"], "synth_easy", "easy", 0, n_problems=150)] + [
