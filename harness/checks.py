@@ -114,6 +114,106 @@ def check_same_vocab(target: str, draft: str) -> None:
         print(note, file=sys.stderr)
 
 
+def check_head(target: str, head: str, method: str, target_config: dict | None = None) -> str:
+    """An EAGLE-style head (``method`` eagle3 | eagle | medusa | dflash) must read hidden
+    states of the target's width, predict into its vocabulary, fuse layers it has, and the
+    target must be able to host the method in vLLM. Returns the line ``plan=true`` shows:
+    what was checked, or why a check was skipped (no local or cached config.json).
+    ``target_config`` stands in for a target not on disk (its base's, when not built yet).
+
+    Raises:
+        ConfigError: a mismatch, naming the head, the values and the target's.
+    """
+    t, h = target_config or model_config(target), model_config(head)
+    if t is None or h is None:
+        missing = target if t is None else head
+        fetch = "" if looks_local(missing) else f" (fetch it: hf download {missing} config.json)"
+        return f"head check skipped: no local or cached config.json for {missing}{fetch}"
+    layer = h.get("transformer_layer_config") or h  # speculators' format nests the layer's
+    width = h.get("target_hidden_size") or layer.get("hidden_size")
+    if width is not None and width != t.get("hidden_size"):
+        raise ConfigError(
+            f"draft={head}: the {method} head reads hidden states of size {width}, "
+            f"target {target} has hidden_size {t.get('hidden_size')}"
+        )
+    vocab = layer.get("vocab_size")
+    if vocab is not None and vocab != t.get("vocab_size"):
+        raise ConfigError(
+            f"draft={head}: the {method} head's vocabulary has {vocab} tokens, "
+            f"target {target}'s {t.get('vocab_size')}"
+        )
+    layers = h.get("eagle_aux_hidden_state_layer_ids") or []
+    fused = h.get("num_aux_hidden_states") or len(
+        (h.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [None] * 3
+    )  # what vLLM sizes the head's input for
+    if method == "eagle3" and layers and len(layers) != fused:
+        raise ConfigError(
+            f"draft={head}: the eagle3 head fuses {len(layers)} layers {layers}; vLLM builds "
+            f"its input for {fused} (set eagle_config.eagle_aux_hidden_state_layer_ids)"
+        )
+    if layers and not all(0 <= i <= t.get("num_hidden_layers", 0) for i in layers):
+        raise ConfigError(
+            f"draft={head}: the {method} head fuses layers {layers}, target {target} has "
+            f"{t.get('num_hidden_layers')}"
+        )
+    hosts = target_hosts(tuple(t.get("architectures") or ()), method)
+    if hosts is False:
+        raise ConfigError(
+            f"variant.method={method}: vLLM's {'/'.join(t['architectures'])} (target {target}) "
+            f"cannot host {method} heads"
+        )
+    draft_vocab = h.get("draft_vocab_size") or vocab
+    return f"{method} head matches the target: hidden size {width}, vocab {vocab} (drafts {draft_vocab})"
+
+
+@lru_cache(maxsize=8)
+def target_hosts(architectures: tuple[str, ...], method: str) -> bool | None:
+    """Whether vLLM's class for ``architectures`` exposes what ``method`` reads (eagle3: the
+    auxiliary hidden states; eagle: its hidden states); None when not known here."""
+    if method not in ("eagle3", "eagle") or not architectures:
+        return None
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_eagle, supports_eagle3
+
+    cls = ModelRegistry._try_load_model_cls(architectures[0])  # no public twin in vLLM 0.32
+    if cls is None:
+        return None
+    return supports_eagle3(cls) if method == "eagle3" else supports_eagle(cls)
+
+
+def check_mtp(target: str) -> None:
+    """``method=mtp`` drafts with the target's own multi-token-prediction layers: its
+    config.json must declare some (``num_nextn_predict_layers``, ``mtp_num_hidden_layers``
+    and the like); skipped when the config is not on disk."""
+    config = model_config(target)
+    if config is None:
+        return
+    text = config.get("text_config") or {}
+    declared = [v for c in (config, text) for k, v in c.items()
+                if ("nextn_predict" in k or k.startswith("mtp_")) and isinstance(v, int)]  # fmt: skip
+    if not any(v > 0 for v in declared):
+        raise ConfigError(
+            f"variant.method=mtp: target {target} declares no multi-token-prediction layers "
+            "(num_nextn_predict_layers or mtp_* in its config.json); use another method"
+        )
+
+
+def check_speculator(method: str | None, target: str, draft: str | None) -> None:
+    """The checks of a speculator against its target, by method: a draft model shares the
+    tokenizer and embedding size; a head matches the target's width, vocabulary and layers
+    (:func:`check_head`); mtp needs the target's own prediction layers (``draft`` None)."""
+    if method == "mtp":
+        check_mtp(target)
+    elif draft is None:
+        return
+    elif method == "draft_model":
+        check_same_vocab(target, draft)
+    else:
+        note = check_head(target, draft, method)
+        if note.startswith("head check skipped"):
+            print(note, file=sys.stderr)
+
+
 def check_prompt_lengths(
     prompt_lengths: dict[str, int], max_tokens: int, max_model_len: int
 ) -> None:

@@ -21,8 +21,12 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 DIFFICULTIES = ("easy", "medium", "hard")
 PROMPT_STYLES = ("direct", "cot", "cod")
-# vLLM speculative methods: a draft model (the variant's ``draft``) or model-free prompt lookup
-SPEC_METHODS = ("draft_model", "ngram")
+# vLLM speculative methods (SpeculativeConfig.method): those that load a checkpoint (the
+# variant's ``draft``: a draft model, or a head over the target's hidden states) and those
+# that load none (prompt lookup; the target's own multi-token-prediction layers)
+CHECKPOINT_METHODS = ("draft_model", "eagle3", "eagle", "medusa", "dflash")
+MODEL_FREE_METHODS = ("ngram", "mtp")
+SPEC_METHODS = CHECKPOINT_METHODS + MODEL_FREE_METHODS
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")  # vLLM's SpeculativeConfig.draft_sample_method
 # interleaved: a plain engine of the job's target runs the same problems alongside
 # (``harness.pairing``); sequential: the job's engine alone
@@ -61,9 +65,11 @@ class VariantConfig:
 
     name: str = MISSING
     target: str = MISSING  # base | cot | cod
-    draft: str | None = None  # None | base | cot | cod
+    draft: str | None = None  # a key of models.drafts (a draft model or a head), or None
     prompt_style: str = MISSING  # direct | cot | cod
-    method: str = "draft_model"  # the speculator: draft_model (needs draft) | ngram (no model)
+    # the speculator (SPEC_METHODS): draft_model, eagle3, eagle, medusa, dflash load ``draft``;
+    # ngram and mtp load nothing
+    method: str = "draft_model"
 
 
 @dataclass
@@ -271,8 +277,8 @@ def check_overrides(overrides: list[str]) -> None:
 
 
 def has_speculator(variant: Any) -> bool:
-    """True when the variant can speculate (spec.k > 0): a draft model or a model-free method."""
-    return variant.draft is not None or variant.method != "draft_model"
+    """True when the variant can speculate (spec.k > 0): a checkpoint or a model-free method."""
+    return variant.draft is not None or variant.method in MODEL_FREE_METHODS
 
 
 def check(ok: bool, key: str, value: Any, why: str) -> None:
@@ -328,7 +334,7 @@ def validate(cfg: Any) -> None:
     )
     check_choice("variant.method", cfg.variant.method, SPEC_METHODS)
     check(
-        cfg.variant.method == "draft_model" or cfg.variant.draft is None,
+        cfg.variant.method in CHECKPOINT_METHODS or cfg.variant.draft is None,
         "variant.draft",
         cfg.variant.draft,
         f"method {cfg.variant.method} loads no draft model; set variant.draft=null",
@@ -338,7 +344,7 @@ def validate(cfg: Any) -> None:
         "spec.k",
         cfg.spec.k,
         f"variant {cfg.variant.name} has no draft model and no model-free method; "
-        "use spec.k=0 or a *_sd / *_ngram variant",
+        "use spec.k=0 or a *_sd / *_ngram / *_eagle3 variant",
     )
     check(
         1 <= cfg.spec.prompt_lookup_min <= cfg.spec.prompt_lookup_max,

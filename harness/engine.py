@@ -1,7 +1,8 @@
 """vLLM engines: what determines one (EngineSpec) and the one-engine-per-process cache.
 
 An engine is ``vllm.LLM(target, speculative_config={"method": ..., ...})`` built from
-an :class:`EngineSpec`; the method is a draft model or model-free prompt lookup (ngram).
+an :class:`EngineSpec`; the method is one of vLLM's (``config.SPEC_METHODS``): a draft
+model, a head over the target's hidden states (EAGLE-3, ...) or model-free (ngram).
 Jobs of a multirun that share a spec (different datasets, seeds, limits, temperatures,
 concurrency) reuse one engine; :func:`get_all` keeps the live engines a job asks for (an
 interleaved job asks for two: its own and its target's plain engine) and shuts the others
@@ -39,11 +40,11 @@ class EngineSpec:
     """Everything that determines an engine: models, K, the speculator and the engine settings."""
 
     target: str
-    draft: str | None  # None when k == 0 or the method needs no model: no draft is loaded
+    draft: str | None  # the draft model or head; None when k == 0 or the method loads none
     k: int
     settings: tuple[tuple[str, Any], ...]  # the ``engine`` config group, sorted
-    method: str | None = None  # vLLM speculative method (draft_model | ngram); None at k == 0
-    # ngram: prompt lookup sizes; draft_model: draft_sample_method
+    method: str | None = None  # vLLM speculative method (config.SPEC_METHODS); None at k == 0
+    # ngram: prompt lookup sizes; the others: draft_sample_method
     method_options: tuple[tuple[str, Any], ...] = ()
 
     @classmethod

@@ -13,7 +13,7 @@ checked (their KV cache is ``cpu_kvcache_space_gib``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.checks import model_config
@@ -122,6 +122,10 @@ def load_model(name: str, dtype: str, base: str | None = None) -> ModelMemory | 
         config, found = model_config(candidate), "config.json"
         if config is None and candidate in PUBLISHED:
             config, found = PUBLISHED[candidate], "published config"
+        if config is not None and "transformer_layer_config" in config:  # a speculators head
+            head = config["transformer_layer_config"]
+            config = head | {"vocab_size": config.get("draft_vocab_size") or head["vocab_size"]}
+            found = "config.json (head layers)"
         if config is not None:
             dtype = config.get("torch_dtype", "bfloat16") if dtype == "auto" else dtype
             return ModelMemory(
@@ -227,6 +231,10 @@ def preflight(
         return f"memory check skipped: engine.device={engine['device']}"
     target = load_model(spec.target, engine["dtype"], bases[0])
     draft = load_model(spec.draft, engine["dtype"], bases[1]) if spec.draft else None
+    if draft is None and spec.draft and spec.method != "draft_model" and target is not None:
+        # a head not on disk: one decoder layer of its target's shape, the target's vocab
+        draft = ModelMemory(spec.draft, replace(target.arch, layers=1), target.dtype_bytes,
+                            "as one layer of the target")  # fmt: skip
     unknown = [n for n, m in ((spec.target, target), (spec.draft, draft)) if n and m is None]
     if target is None or unknown:
         return f"memory check skipped: no local or cached config.json for {unknown[0]}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import memory
-from harness.checks import check_vocab_sizes, looks_local
+from harness.checks import check_head, check_mtp, check_vocab_sizes, looks_local, model_config
 from harness.config import ConfigError
 from harness.datasets import load_problems
 from harness.engine import EngineSpec
@@ -37,8 +37,10 @@ def requests_of(cfg: Any) -> tuple[int | None, bool]:
 
 
 def _bases(cfg: Any) -> tuple[str | None, str | None]:
-    """The base target and draft: the architecture of trained models not built yet."""
-    return cfg.models.targets.get("base"), cfg.models.drafts.get("base")
+    """The base target and draft: the architecture of trained models not built yet (a head
+    has no base: ``harness.memory`` sizes an unbuilt one as a layer of its target)."""
+    draft = cfg.models.drafts.get("base") if cfg.variant.method == "draft_model" else None
+    return cfg.models.targets.get("base"), draft
 
 
 def _missing(spec: EngineSpec) -> list[str]:
@@ -73,7 +75,8 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
     """The engine block: LLM arguments, environment, memory and vocab pre-flights, pairing.
 
     Raises:
-        ConfigError: the engine cannot fit its GPU, or draft and target vocab sizes differ.
+        ConfigError: the engine cannot fit its GPU, or the speculator does not match the
+            target (:func:`harness.checks.check_speculator`).
     """
     lines = ["  vllm.LLM("]
     lines += [f"      {key}={value!r}," for key, value in spec.llm_kwargs().items()]
@@ -87,8 +90,19 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
     else:
         lines.append(f"  memory at concurrency {concurrency}: {est.line()}")
         lines.append(f"    from {est.basis}")
-    if spec.draft is not None:
+    if spec.method == "draft_model":
         lines.append(f"  {check_vocab_sizes(spec.target, spec.draft) or 'vocab sizes match'}")
+    elif spec.method == "mtp":
+        check_mtp(spec.target)
+        lines.append(
+            "  the target declares multi-token-prediction layers (or its config is not on disk)"
+        )
+    elif spec.draft is not None:  # an unbuilt trained target has its base's shapes
+        base = _bases(cfgs[0])[0]
+        shapes = None if model_config(spec.target) or base is None else base
+        config = shapes and (model_config(shapes) or memory.PUBLISHED.get(shapes))
+        said = f" (target shapes of {shapes})" if config else ""
+        lines.append(f"  {check_head(spec.target, spec.draft, spec.method, config)}{said}")
     return lines + pair_lines(spec, max(cfgs, key=lambda c: c.concurrency))
 
 
@@ -107,7 +121,8 @@ def show(planned: Plan, configs: Mapping[tuple[str, ...], Any], out: Callable = 
     known, unknown, max_output = 0, 0, 0
     lines = [f"plan: {len(cfgs)} job(s) on {len(blocks)} engine(s) in launch order; none started"]
     for number, (spec, group) in enumerate(blocks, start=1):
-        draft = f" + draft {spec.draft}, K={spec.k}" if spec.draft else f", K={spec.k}"
+        draft = f" + {spec.method} {spec.draft or ''}".rstrip() if spec.k else ""
+        draft += f", K={spec.k}"
         lines.append(f"\nengine {number}/{len(blocks)}: {spec.target}{draft}")
         lines += spec_lines(spec, group)
         lines.append(f"  jobs ({len(group)}):")

@@ -31,7 +31,8 @@ class JobInfo:
     seed: int
     concurrency: int
     repeat: int = 0  # which run of the job (seed = config seed + repeat)
-    draft_sample_method: str | None = None  # greedy | probabilistic (draft_model only)
+    method: str | None = None  # the speculator family (config.SPEC_METHODS); None at k = 0
+    draft_sample_method: str | None = None  # greedy | probabilistic (not for ngram)
     pairing: str = "sequential"  # interleaved: a baseline engine ran the same problems alongside
 
     def to_row(self) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from harness import console, memory, metrics, pairing
 from harness.checks import (
     check_model_dir,
     check_prompt_lengths,
-    check_same_vocab,
     check_spec_len,
+    check_speculator,
     load_tokenizer,
 )
 from harness.config import ConfigError, validate
@@ -70,7 +70,8 @@ class PreparedJob:
 
 
 def speculator(cfg: Any) -> str | None:
-    """The ``draft`` column: the draft model, the model-free method's name (ngram), or None at k = 0."""
+    """The ``draft`` column: the speculator's checkpoint (a draft model or a head), the
+    model-free method's name (ngram, mtp), or None at k = 0."""
     if cfg.spec.k == 0:
         return None
     return cfg.models.drafts[cfg.variant.draft] if cfg.variant.draft else cfg.variant.method
@@ -93,9 +94,10 @@ def job_info(cfg: Any) -> JobInfo:
         seed=cfg.seed,
         concurrency=cfg.concurrency,
         repeat=cfg.repeat,
+        method=cfg.variant.method if cfg.spec.k > 0 else None,
         draft_sample_method=(
             cfg.spec.draft_sample_method
-            if cfg.spec.k > 0 and cfg.variant.method == "draft_model"
+            if cfg.spec.k > 0 and cfg.variant.method != "ngram"
             else None
         ),
     )
@@ -144,8 +146,7 @@ def prepare(cfg: Any) -> PreparedJob:
         check_model_dir(f"models.drafts.{cfg.variant.draft}", info.draft)
     spec, baseline = engine_specs(cfg)
     info = replace(info, pairing="sequential" if baseline is None else "interleaved")
-    if spec.draft is not None:
-        check_same_vocab(spec.target, spec.draft)
+    check_speculator(spec.method, spec.target, spec.draft)
     tokenizer = load_tokenizer(spec.target)
     requests = []
     for problem in load_problems(cfg.dataset, cfg.limit):

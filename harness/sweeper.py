@@ -43,7 +43,7 @@ class Plan:
         return (
             f"sweep: running {len(self.jobs)} of {len(self.jobs) + dropped} combinations; dropped "
             f"{self.no_draft} with spec.k>0 for a variant without a draft and "
-            f"{self.duplicate_baselines} k=0 runs of *_sd / *_ngram variants that repeat their "
+            f"{self.duplicate_baselines} k=0 runs of speculative variants that repeat their "
             "draftless variant's baseline"
         )
 

@@ -41,7 +41,15 @@ def test_default_variants_validate_at_k0(variant):
         (["spec.k=-1"], "spec.k=-1: must be >= 0"),
         (["variant=cot", "spec.k=3"], "spec.k=3: variant cot has no draft model"),
         (["variant=cot_sd", "variant.method=ngram"], "variant.draft=cot: method ngram loads no"),
-        (["variant=base_cot_ngram", "variant.method=eagle"], "variant.method=eagle: must be one"),
+        (["variant=base_cot_ngram", "variant.method=eagle4"], "variant.method=eagle4: must be one"),
+        (
+            ["variant=cot_ngram", "variant.method=eagle3", "spec.k=3"],
+            "variant cot_ngram has no draft",
+        ),
+        (
+            ["variant=cot_eagle3", "variant.method=mtp"],
+            "variant.draft=eagle3_cot: method mtp loads",
+        ),
         (["variant=base_cot_ngram", "spec.prompt_lookup_min=5"], "spec.prompt_lookup_min=5"),
         (["limit=0"], "limit=0: must be > 0"),
         (["concurrency=0"], "concurrency=0: must be >= 1"),

@@ -151,3 +151,30 @@ def test_runbook_commands_plan_cleanly(tmp_path):
         run = harness(tmp_path, *args, "plan=true")
         assert run.returncode == 0, f"{shlex.join(args)}: {run.stderr[-2000:]}"
         assert "totals:" in run.stdout
+
+
+def _head(hidden: int) -> dict:
+    """A speculators EAGLE-3 config for a target of width ``hidden`` and Qwen2.5's vocab."""
+    layer = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 13824,
+             "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+             "num_hidden_layers": 1, "vocab_size": 152064, "rms_norm_eps": 1e-6}  # fmt: skip
+    return {"speculators_model_type": "eagle3", "draft_vocab_size": 32000,
+            "eagle_aux_hidden_state_layer_ids": [2, 24, 45], "transformer_layer_config": layer}  # fmt: skip
+
+
+def test_plan_of_an_eagle3_head_shows_its_arguments_memory_and_check_before_any_gpu(tmp_path):
+    cache_config(tmp_path / "hub", "org/qwen-14b-eagle3", _head(5120))
+    cache_config(tmp_path / "hub", "org/llama-8b-eagle3", _head(4096))
+    head = ["experiment=qwen2.5", "variant=cot_eagle3", "spec.k=3", "plan=true"]
+    run = harness(tmp_path, *head, "models.drafts.eagle3_cot=org/qwen-14b-eagle3")
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = run.stdout
+    assert "'method': 'eagle3', 'num_speculative_tokens': 3" in out
+    assert "'model': 'org/qwen-14b-eagle3'" in out
+    # the head's own layers are sized from its config, the target (not built) as its base
+    assert re.search(r"org/qwen-14b-eagle3: 0\.\d\dB params \(config\.json \(head layers\)\)", out)
+    assert "eagle3 head matches the target: hidden size 5120, vocab 152064 (drafts 32000)" in out
+    run = harness(tmp_path, *head, "models.drafts.eagle3_cot=org/llama-8b-eagle3")
+    assert run.returncode == 2 and run.stdout == ""
+    (line,) = run.stderr.strip().splitlines()
+    assert "reads hidden states of size 4096" in line and "hidden_size 5120" in line

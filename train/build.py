@@ -154,6 +154,18 @@ def check_no_leak(rows: list[dict], held_out: set[str], what: str) -> None:
 # ----------------------------------------------------------------------------- steps
 
 
+def cached(
+    role: str, parent: Built, rows: list[dict], config: dict, out_dir: str
+) -> tuple[Built, bool]:
+    """The model ``out_dir`` trained from ``parent`` on ``rows`` with ``config`` (its cache
+    key), and whether a build with that key is already there."""
+    built = Built(str(out_dir), build_key(parent.key, data_hash(rows), config))
+    current = is_current(Path(out_dir), built.key)
+    if current:
+        print(f"[build] {role}: up to date ({out_dir})", flush=True)
+    return built, current
+
+
 def train_model(
     role: str,
     parent: Built,
@@ -178,11 +190,10 @@ def train_model(
     config |= {"vocab_size": vocab_size} if vocab_size else {}
     teacher = teacher if settings.objective == "kl" else None
     config |= {"teacher": teacher.key} if teacher else {}
-    key = build_key(parent.key, data_hash(rows), config)
-    out = Path(out_dir)
-    if is_current(out, key):
-        print(f"[build] {role}: up to date ({out})", flush=True)
-        return Built(str(out), key)
+    built, current = cached(role, parent, rows, config, out_dir)
+    if current:
+        return built
+    key, out = built.key, Path(out_dir)
     print(f"[build] {role}: training on {len(rows)} examples from {parent.path}", flush=True)
     start = time.perf_counter()
     tmp = out.with_name(out.name + ".tmp")
@@ -308,6 +319,35 @@ def distilled(cfg: TrainConfig, target: Built, style: str, rows: list[dict]) -> 
     return out
 
 
+def eagle3_head(
+    cfg: TrainConfig, role: str, target: Built, answers: list[dict], out_dir: str
+) -> Built:
+    """An EAGLE-3 head for ``target`` trained on its own ``answers`` into ``out_dir``, unless
+    a build with the same key is there (:mod:`train.eagle3`)."""
+    from train.eagle3 import train_head
+
+    config = asdict(cfg.eagle3) | {"threads": cfg.threads}
+    built, current = cached(role, target, answers, config, out_dir)
+    if current:
+        return built
+    print(f"[build] {role}: training on {len(answers)} answers of {target.path}", flush=True)
+    start = time.perf_counter()
+    with atomic_dir(out_dir) as tmp:
+        result = train_head(target.path, answers, cfg.eagle3, tmp)
+        write_manifest(tmp, Manifest(
+            role=role, method="eagle3", trained_from=target.path, key=built.key,
+            data_hash=data_hash(answers), config=config, steps=result.steps,
+            final_loss=result.final_loss, eval_loss=None,
+            train_seconds=round(result.train_seconds, 1), examples=len(answers),
+            weights=weights_digest(tmp), eval_accuracy=[round(a, 4) for a in result.accuracy],
+        ))  # fmt: skip
+    accuracy = ", ".join(f"{a:.2f}" for a in result.accuracy)
+    print(f"[build] {role}: {result.steps} steps, loss {result.final_loss:.3f}, held-back "
+          f"accuracy per draft step {accuracy}, {time.perf_counter() - start:.0f} s -> {out_dir}",
+          flush=True)  # fmt: skip
+    return built
+
+
 def flat(by_difficulty: dict[str, list[dict]], cap: int | None = None) -> list[dict]:
     """The rows of every difficulty, at most ``cap`` of each."""
     return [r for rows in by_difficulty.values() for r in rows[:cap]]
@@ -365,6 +405,9 @@ def run(cfg: TrainConfig) -> dict[str, str]:
             teacher=target,
         )
         built |= {f"target_{style}": target.path, f"draft_{style}": draft.path}
+        if cfg.eagle3 is not None:
+            role = f"eagle3_{style}"
+            built[role] = eagle3_head(cfg, role, target, answers, exp.drafts[role]).path
     return built
 
 

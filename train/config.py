@@ -97,6 +97,22 @@ class DistilSettings:
 
 
 @dataclass
+class Eagle3Settings:
+    """EAGLE-3 heads of the trained targets, on their distilled answers (:mod:`train.eagle3`)."""
+
+    layers: int = 1  # decoder layers of the head
+    ttt_steps: int = 3  # draft steps unrolled per position in training (the training-time test)
+    layer_ids: list[int] | None = None  # the 3 target layers fused; null = low, middle, high
+    draft_vocab_size: int | None = None  # the target's most frequent answer tokens; null = all
+    max_steps: int = 300
+    batch_size: int = 8  # answers per step
+    learning_rate: float = 1.0e-3
+    max_length: int = 1024  # tokens of prompt + answer
+    logging_steps: int = 50
+    seed: int = 0
+
+
+@dataclass
 class TrainConfig:
     """The whole pipeline: base models, LoRA targets, distilled drafts."""
 
@@ -122,6 +138,7 @@ class TrainConfig:
     target: SFTSettings = field(default_factory=SFTSettings)  # give it a lora section
     draft: SFTSettings = field(default_factory=SFTSettings)
     distil: DistilSettings = field(default_factory=DistilSettings)
+    eagle3: Eagle3Settings | None = None  # null = no EAGLE-3 heads are built
 
 
 def register_train_configs() -> None:
@@ -195,6 +212,15 @@ def validate_train(cfg: TrainConfig) -> None:
           "must be >= 1 or null")  # fmt: skip
     check(0 <= cfg.draft_last_layers <= (cfg.draft_layers or 0), "draft_last_layers",
           cfg.draft_last_layers, "must be between 0 and draft_layers")  # fmt: skip
+    if cfg.eagle3 is not None:
+        e = cfg.eagle3
+        check(e.layers >= 1, "eagle3.layers", e.layers, "must be >= 1")
+        check(e.ttt_steps >= 1, "eagle3.ttt_steps", e.ttt_steps, "must be >= 1")
+        check(e.max_steps >= 1, "eagle3.max_steps", e.max_steps, "must be >= 1")
+        check(e.layer_ids is None or len(set(e.layer_ids)) == 3, "eagle3.layer_ids", e.layer_ids,
+              "must be 3 distinct layers (vLLM's EAGLE-3 head fuses three)")  # fmt: skip
+        check(e.draft_vocab_size is None or e.draft_vocab_size >= 2, "eagle3.draft_vocab_size",
+              e.draft_vocab_size, "must be >= 2 or null")  # fmt: skip
     check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
     for style, counts in (cfg.scratch.pages if cfg.scratch else {}).items():
         check(style in STYLES, "scratch.pages", style, f"must be among {', '.join(STYLES)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,9 @@ class Manifest:
     """What a model directory was built from and how its training ended."""
 
     role: str  # e.g. target_cot
-    method: str  # lora (adapter merged into its parent) | full (every weight trained)
+    # lora (adapter merged into its parent) | full (every weight trained) | eagle3 (a head
+    # over its parent's hidden states, train.eagle3)
+    method: str
     trained_from: str  # parent model dir or hub id ("" for a random init)
     key: str  # cache key: hash of parent key, data hash and config
     data_hash: str
@@ -37,6 +39,8 @@ class Manifest:
     train_seconds: float
     examples: int
     weights: str = ""  # weights_digest of the directory: equal for two builds of the same inputs
+    # a head's conditional greedy accuracy per draft step on held-back answers
+    eval_accuracy: list[float] = field(default_factory=list)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
