@@ -73,6 +73,14 @@ class EngineSpec:
         )
 
     @classmethod
+    def baseline(cls, cfg: Any) -> EngineSpec:
+        """The plain engine of a job config's target: its spec at K = 0 (an interleaved
+        job's baseline; a K = 0 job's own spec, whose second instance is the A/A check)."""
+        from omegaconf import OmegaConf
+
+        return cls.from_config(OmegaConf.merge(cfg, {"spec": {"k": 0}}))
+
+    @classmethod
     def plain(cls, model: str, settings: Mapping[str, Any]) -> EngineSpec:
         """One model without a draft (k = 0); ``settings`` is the ``engine`` config group."""
         return cls(resolve_model(model), None, 0, tuple(sorted(settings.items())))

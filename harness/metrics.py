@@ -198,6 +198,27 @@ def rejected_positions(
     return positions
 
 
+THIRDS = ("early", "middle", "late")  # thirds of an answer, by output position
+
+
+def acceptance_by_third(
+    per_step_accepted: Sequence[int], per_step_drafted: Sequence[int], num_output_tokens: int
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Accepted and drafted tokens of the verify steps that start in the first, middle and
+    last third of the output; None when steps without drafts make the steps' places
+    unknown (as in :func:`rejected_positions`)."""
+    if num_output_tokens < 1 or num_output_tokens > 1 + sum(a + 1 for a in per_step_accepted):
+        return None
+    accepted, drafted = [0, 0, 0], [0, 0, 0]
+    start = 1  # the first output token comes from prefill
+    for a, d in zip(per_step_accepted, per_step_drafted, strict=True):
+        third = min(2, 3 * start // num_output_tokens)
+        accepted[third] += a
+        drafted[third] += d
+        start += a + 1
+    return tuple(accepted), tuple(drafted)
+
+
 def output_hash(token_ids: Sequence[int]) -> str:
     """Short stable digest of an output's token ids (equal ids <=> equal hash)."""
     return hashlib.sha256(",".join(map(str, token_ids)).encode()).hexdigest()[:16]

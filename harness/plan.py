@@ -50,11 +50,10 @@ def _missing(spec: EngineSpec) -> list[str]:
 def pair_lines(spec: EngineSpec, cfg: Any) -> list[str]:
     """How an interleaved job's engine shares its device with its baseline (the target's
     plain engine): each engine's memory, or why the pair falls back to sequential."""
-    from omegaconf import OmegaConf
 
     if cfg.pairing != "interleaved":
         return ["  pairing: sequential (the K = 0 run is the baseline)"]
-    plain = EngineSpec.from_config(OmegaConf.merge(cfg, {"spec": {"k": 0}}))
+    plain = EngineSpec.baseline(cfg)
     what = (
         "a second instance of itself (the A/A check)"
         if plain == spec

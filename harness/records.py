@@ -69,6 +69,10 @@ class RequestRecord:
     output_hash: str
     output_token_ids: tuple[int, ...]
     rejection_tokens: tuple[str, ...] | None
+    # accepted and drafted tokens of the verify steps starting in each third of the output
+    # (early, middle, late); None at k = 0 or when steps without drafts hide the places
+    accepted_thirds: tuple[int, ...] | None = field(default=None, kw_only=True)
+    drafted_thirds: tuple[int, ...] | None = field(default=None, kw_only=True)
     # interleaved pairing: the same problem on the job's baseline engine, seconds away
     # (``harness.pairing``); None when the job ran alone
     pair_ttft_s: float | None = field(default=None, kw_only=True)

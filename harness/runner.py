@@ -112,11 +112,10 @@ def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
     Raises:
         ConfigError: the job's own engine cannot fit its GPU.
     """
-    from omegaconf import OmegaConf
 
     spec = EngineSpec.from_config(cfg)
     if cfg.pairing == "interleaved":
-        plain = EngineSpec.from_config(OmegaConf.merge(cfg, {"spec": {"k": 0}}))
+        plain = EngineSpec.baseline(cfg)
         pair = (spec.sharing(2), plain.sharing(2))
         try:
             for s in pair:
@@ -226,6 +225,11 @@ def to_record(info: JobInfo, request: Request, output: Any, tokenizer: Any) -> R
         else None
     )
     rejections = None if positions is None else tuple(tokenizer.decode([ids[i]]) for i in positions)
+    thirds = (
+        metrics.acceptance_by_third(spec.per_step_accepted, spec.per_step_drafted, len(ids))
+        if spec
+        else None
+    )
     return RequestRecord(
         job=info,
         problem_id=request.problem.id,
@@ -258,6 +262,8 @@ def to_record(info: JobInfo, request: Request, output: Any, tokenizer: Any) -> R
         output_hash=metrics.output_hash(ids),
         output_token_ids=ids,
         rejection_tokens=rejections,
+        accepted_thirds=thirds[0] if thirds else None,
+        drafted_thirds=thirds[1] if thirds else None,
     )
 
 

@@ -82,6 +82,8 @@ RATIOS = (
     Ratio("acceptance_rate", "num_accepted_tokens", "num_draft_tokens"),
     Ratio("mean_acceptance_length", "num_accepted_tokens", "num_spec_steps", 1.0),  # tokens/step
     Ratio("alpha", "num_accepted_tokens", "position_attempts"),  # MLE of per-token acceptance
+    # acceptance of the verify steps starting in each third of the answers
+    *(Ratio(f"acceptance_{t}", f"accepted_{t}", f"drafted_{t}") for t in metrics.THIRDS),
     Ratio("truncation_rate", "truncated", "n_finish"),  # finish_reason == "length"
     Ratio("ttft_s", "ttft_s", "n_ttft"),  # seconds
     Ratio("tpot_s", "tpot_s", "n_tpot"),  # seconds per token after the first
@@ -160,6 +162,15 @@ def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
         df[col] = df.get(col, np.nan)
     df["pair_n"] = df["pair_e2e_s"].notna().astype(float)
     df["pair_n_tpot"] = df["pair_tpot_s"].notna().astype(float)
+    for col in ("accepted", "drafted"):  # null in runs recorded before thirds existed
+        thirds = df.get(f"{col}_thirds", pd.Series(None, index=df.index, dtype=object))
+        known = [
+            list(t) if isinstance(t, list | tuple | np.ndarray) else [np.nan] * 3 for t in thirds
+        ]
+        spread = np.array(known, dtype=float)
+        spread = spread.reshape(-1, 3)
+        for i, third in enumerate(metrics.THIRDS):
+            df[f"{col}_{third}"] = spread[:, i]
     pos = position_counts(df["acceptance_histogram"])
     df["position_attempts"] = np.bincount(pos["row"], weights=pos["reached"], minlength=len(df))
     for col in SUMMED:

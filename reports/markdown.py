@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from harness import metrics
 from reports import aggregate, hypotheses, theory
 from reports.plotting import Shown
 
@@ -113,6 +114,27 @@ FITS: list[Column] = [
     ("measured at predicted K", lambda r: num(r["speedup_at_predicted"], 2)),
     ("agrees", lambda r: "–" if pd.isna(r["best_k_agrees"]) else "yes" * bool(r["best_k_agrees"]) or "no"),
 ]  # fmt: skip
+
+
+ALONG: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("series")),
+    ("K", _col("k")),
+    *((f"accept. {t} third", lambda r, t=t: ci(r, f"acceptance_{t}")) for t in metrics.THIRDS),
+    ("late - early", lambda r: num(r["acceptance_late"] - r["acceptance_early"])),
+]
+
+
+def _along(table_: pd.DataFrame) -> list[str]:
+    """Acceptance by where the verify step starts in its answer (``harness.metrics``)."""
+    rows = table_[(table_["k"] > 0) & table_["acceptance_early"].notna()]
+    if rows.empty:
+        return []
+    return ["## Acceptance along the answer", "",
+            "Acceptance of the verify steps that start in the first, middle and last third of "
+            "each answer (ratios of sums over the group's requests, 95% CIs); prompt lookup "
+            "rows are missing when steps without drafts hide where the others start.", "",
+            table(rows, ALONG), ""]  # fmt: skip
 
 
 def _ratio(measured: str, predicted: str) -> Callable[[pd.Series], str]:
@@ -369,6 +391,7 @@ def report(
         "",
         table(t.fits, FITS) if not t.fits.empty else "No speculative runs to fit.",
         "",
+        *_along(t.table),
         *_figures(shown),
         "## All configurations",
         "",

@@ -112,6 +112,9 @@ def test_a_head_runs_lossless_through_the_harness_with_acceptance_and_calibratio
     steps = sum(r["num_draft_tokens"] for r in rows) // 2
     assert steps > 0 and all(0 <= r["acceptance_rate"] <= 1 for r in rows)
     assert summary["spec"]["num_accepted_tokens"] == sum(r["num_accepted_tokens"] for r in rows)
+    # a head drafts at every step, so each step's place in its answer is known
+    assert all(sum(r["accepted_thirds"]) == r["num_accepted_tokens"] for r in rows)
+    assert all(sum(r["drafted_thirds"]) == r["num_draft_tokens"] for r in rows)
     calibrations = [
         json.loads(p.read_text()) for p in (results_dir / "eagle3" / ".calibration").glob("*.json")
     ]

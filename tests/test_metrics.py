@@ -102,6 +102,23 @@ def test_rejected_positions_are_unknown_when_draftless_steps_emitted_unplaced_to
     assert metrics.rejected_positions([2, 2], [2, 2], num_output_tokens=9) == []
 
 
+def test_acceptance_by_third_charges_each_step_to_the_third_it_starts_in():
+    # 12 tokens: prefill (0), steps starting at 1 (accepts 2 of 3: tokens 1-3), 4 (3 of 3:
+    # 4-7), 8 (0 of 3: 8), 9 (2 of 3: 9-11); thirds start at 0, 4 and 8
+    thirds = metrics.acceptance_by_third([2, 3, 0, 2], [3, 3, 3, 3], num_output_tokens=12)
+    assert thirds == ((2, 3, 2), (3, 3, 6))
+    # a last step cut by the stop condition still starts inside the answer
+    assert metrics.acceptance_by_third([2, 3], [3, 3], num_output_tokens=5) == (
+        (2, 0, 3),
+        (3, 0, 3),
+    )
+
+
+def test_acceptance_by_third_is_unknown_when_steps_without_drafts_emitted_tokens():
+    # 9 tokens but prefill + recorded steps emit 1 + 3 + 1 = 5: four steps had no drafts
+    assert metrics.acceptance_by_third([2, 0], [3, 3], num_output_tokens=9) is None
+
+
 def test_output_hash_is_equal_exactly_for_equal_token_ids():
     assert metrics.output_hash([1, 2, 3]) == metrics.output_hash((1, 2, 3))
     assert metrics.output_hash([1, 2, 3]) != metrics.output_hash([1, 23])

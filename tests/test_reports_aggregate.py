@@ -55,6 +55,22 @@ def test_statistics_equal_hand_computed_values(hand):
     assert spec["n_problems"] == 4 and spec["n_requests"] == 4 and spec["n_runs"] == 1
 
 
+def test_acceptance_along_the_answer_pools_each_third_over_requests(tmp_path):
+    base = run_fixtures.Job("t", V["cot"], "synth_easy", "easy", 0, n_problems=3)
+    spec = run_fixtures.Job("t", V["cot_sd"], "synth_easy", "easy", 2, n_problems=3)
+    run_fixtures.write_job(tmp_path, base, run_fixtures.records(base))
+    # the third request's steps could not be placed (steps without drafts): left out
+    run_fixtures.write_job(tmp_path, spec, run_fixtures.with_columns(
+        run_fixtures.records(spec), accepted_thirds=[[4, 2, 0], [2, 2, 1], None],
+        drafted_thirds=[[4, 4, 4], [4, 2, 6], None]))  # fmt: skip
+    r = load.load(tmp_path)
+    row = aggregate.aggregate(r.requests, r.runs, n_boot=200).set_index("k").loc[2]
+    assert row["acceptance_early"] == pytest.approx(6 / 8)
+    assert row["acceptance_middle"] == pytest.approx(4 / 6)
+    assert row["acceptance_late"] == pytest.approx(1 / 10)
+    assert row["acceptance_early_lo"] <= 6 / 8 <= row["acceptance_early_hi"]
+
+
 def test_every_latency_percentile_interpolates_linearly_as_vllm_does(hand):
     r, _ = hand
     two = r.requests[r.requests["k"] == 0].head(2)
