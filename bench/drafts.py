@@ -1,14 +1,17 @@
-"""Candidate drafts for one target, compared before any K > 0 run (prints figures).
+"""Candidate drafts and EAGLE-3 heads for one target, compared before any K > 0 run
+(prints figures).
 
     python bench/drafts.py RUN_DIR --drafts DIR [DIR ...] [--ks 1,3,5]
 
-``RUN_DIR`` is a complete K = 0 run of the target (``python -m harness``). For each draft:
+``RUN_DIR`` is a complete K = 0 run of the target (``python -m harness``). For each
+candidate (a draft model, or a speculators EAGLE-3 checkpoint):
 
 1. pre-flight acceptance over that run's own outputs (:mod:`harness.preflight`: exact for
-   a greedy draft; written to ``RUN_DIR/preflight.json`` under the draft's path);
-2. the calibrated time of one verify step with that draft on the run's engine settings at
-   each K, and of the draft alone per token (:mod:`harness.calibrate`; its engines start
-   here, one after another; cached in the run's sweep, ``.calibration/``);
+   a greedy draft or head; written to ``RUN_DIR/preflight.json`` under the path);
+2. the calibrated time of one verify step with that candidate on the run's engine
+   settings at each K, and of a draft model alone per token (c; a head cannot run alone)
+   (:mod:`harness.calibrate`; its engines start here, one after another; cached in the
+   run's sweep, ``.calibration/``);
 3. the cost model's predicted TPOT speedup E x T_target / T_step(K), E from the replayed
    steps, T_target the run's own mean TPOT, as the report computes it for a sweep's drafts.
 
@@ -38,12 +41,16 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def candidate_config(summary: dict, draft: str, k: int):
-    """The run's job config with ``draft`` as its speculator at ``k``."""
+    """The run's job config with ``draft`` (a draft model or an EAGLE-3 head) as its
+    speculator at ``k``."""
     from omegaconf import OmegaConf
+
+    from harness.preflight import is_head
 
     cfg = OmegaConf.create(summary["config"])
     cfg.models.drafts["candidate"] = draft
-    cfg.variant.draft, cfg.variant.method, cfg.spec.k = "candidate", "draft_model", k
+    cfg.variant.draft, cfg.spec.k = "candidate", k
+    cfg.variant.method = "eagle3" if is_head(draft) else "draft_model"
     return cfg
 
 
@@ -59,13 +66,17 @@ def mean_tpot_s(run_dir: Path) -> float:
 
 
 def describe(draft: str) -> str:
-    """Layers, objective and steps of a draft directory."""
+    """Layers, objective and steps of a draft or head directory."""
     from train.manifest import read_manifest
 
-    layers = json.loads((Path(draft) / "config.json").read_text())["num_hidden_layers"]
+    config = json.loads((Path(draft) / "config.json").read_text())
+    head = config.get("transformer_layer_config")
+    layers = (head or config)["num_hidden_layers"]
     manifest = read_manifest(draft)
     if manifest is None:
         return f"{layers} layers, untrained"
+    if head:
+        return f"eagle3 head, {layers} layer(s), vocab {config.get('draft_vocab_size')}, {manifest.steps} steps"
     objective = manifest.config.get("objective", "sft")
     return f"{layers} layers, {objective}, {manifest.steps} steps"
 
@@ -94,7 +105,7 @@ def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
                 record = calibrate.read(calibrate.calibrate(entry, concurrencies, out_dir, False))
                 per_unit[entry.target, entry.k] = record["measurements"][concurrency]["per_unit_s"]
             target = summary["target"]
-            c = per_unit[draft, 0] / per_unit[target, 0]
+            c = per_unit.get((draft, 0), float("nan")) / per_unit[target, 0]
             about = describe(draft)
             for k in ks:
                 ratios = preflight.steps_per_token(result, k)

@@ -14,6 +14,16 @@ the draft's agreement extends over them. Written to ``RUN_DIR/preflight.json`` u
 draft's name as given (use the name the sweep's config gives the draft, so the report can
 pair it with the K > 0 runs), with each request's agreement (``agree``: problem id ->
 "0"/"1" per output position; ``beyond``: the same past the output's end).
+
+An EAGLE-3 head (``--draft`` a speculators checkpoint) drafts from the target's hidden
+states, and its j-th draft depends on where its chain started, so its agreement is per
+chain start and depth: the head's training-time-test unroll over the target's hidden
+states of prompt + output (and the target's continuation past the end) gives, for a chain
+starting after output token ``p``, its draft at each depth; that is the chain vLLM runs
+(every earlier position's head state from the target's hidden states, the chain's own
+from the head), so the replay is exact up to float rounding. Stored depth-major:
+``agree`` holds one "0"/"1" string per depth, each over the chain starts of the output,
+a chain's drafts past the end checked against the target's continuation.
 """
 
 from __future__ import annotations
@@ -34,11 +44,26 @@ from harness.files import write_text
 PREFLIGHT = "preflight.json"
 
 
-def greedy_steps(agree: Sequence[bool], k: int, end: int | None = None) -> list[int]:
+# a draft model's agreement per output position, or a head's per chain start and depth
+Agreement = Sequence[bool] | Sequence[Sequence[bool]]
+
+
+def agrees(agree: Agreement, start: int, depth: int) -> bool:
+    """Whether the draft of depth ``depth`` of a chain starting after output token ``start``
+    equals the target's token (unknown positions: no)."""
+    if start >= len(agree):
+        return False
+    if isinstance(agree[start], Sequence):  # a head: per chain start and depth
+        return depth < len(agree[start]) and bool(agree[start][depth])
+    return start + depth < len(agree) and bool(agree[start + depth])
+
+
+def greedy_steps(agree: Agreement, k: int, end: int | None = None) -> list[int]:
     """Accepted drafts per verify step of a greedy draft against a greedy target.
 
     ``agree[j]`` says whether the draft, given the prompt and output tokens 0..j, predicts
-    output token j + 1 (token 0 comes from prefill). Each step drafts ``k`` tokens from
+    output token j + 1 (token 0 comes from prefill); for a head ``agree[j][d]`` says it of
+    output token j + 1 + d at depth d of the chain (:func:`agrees`). Each step drafts ``k`` tokens from
     the accepted prefix; the first disagreement ends it; the target adds one token (its
     correction, or the bonus token after ``k`` acceptances). Steps run until the ``end``
     decode positions (default ``len(agree)``) are produced; positions of ``agree`` past
@@ -49,21 +74,21 @@ def greedy_steps(agree: Sequence[bool], k: int, end: int | None = None) -> list[
     steps, pos = [], 0
     while pos < end:
         accepted = 0
-        while accepted < k and pos + accepted < len(agree) and agree[pos + accepted]:
+        while accepted < k and agrees(agree, pos, accepted):
             accepted += 1
         steps.append(accepted)
         pos += accepted + 1
     return steps
 
 
-def replay(agree: Sequence[bool], k: int, end: int | None = None) -> metrics.SpecCounts:
+def replay(agree: Agreement, k: int, end: int | None = None) -> metrics.SpecCounts:
     """The spec counts (steps, drafted, accepted, per position) of :func:`greedy_steps`."""
     steps = greedy_steps(agree, k, end)
     histogram = np.bincount(np.asarray(steps, dtype=np.int64), minlength=k + 1)
     return metrics.counts_from_histogram([int(n) for n in histogram], k * len(steps))
 
 
-def reaches_end(agree: Sequence[bool], k: int) -> bool:
+def reaches_end(agree: Agreement, k: int) -> bool:
     """Whether the last step over ``agree`` alone accepts every token left with drafts to
     spare: then its verification runs past the output's end."""
     steps = greedy_steps(agree, k)
@@ -71,13 +96,18 @@ def reaches_end(agree: Sequence[bool], k: int) -> bool:
     return bool(steps) and steps[-1] == left < k
 
 
-def stored(result: dict[str, Any]) -> list[tuple[list[bool], int]]:
+def stored(result: dict[str, Any]) -> list[tuple[Agreement, int]]:
     """(agreement over the output and past it, decode positions) per request of a
-    ``preflight.json`` entry, for :func:`greedy_steps`."""
+    ``preflight.json`` entry, for :func:`greedy_steps` (a head's as per-start depth lists)."""
     beyond = result.get("beyond", {})
-    vectors = []
+    vectors: list[tuple[Agreement, int]] = []
     for pid, bits in result.get("agree", {}).items():
-        vectors.append(([b == "1" for b in bits + beyond.get(pid, "")], len(bits)))
+        if isinstance(bits, str):
+            vectors.append(([b == "1" for b in bits + beyond.get(pid, "")], len(bits)))
+        else:  # a head's depth-major strings, already past the end where a chain reaches
+            vectors.append(
+                ([[c == "1" for c in row] for row in zip(*bits, strict=True)], len(bits[0]))
+            )
     return vectors
 
 
@@ -98,6 +128,58 @@ def agreement(model: Any, prompt: Sequence[int], output: Sequence[int]) -> list[
         logits = model(input_ids=ids).logits[0, len(prompt) - 1 :]
     predicted = logits[1:].argmax(-1).tolist()  # predictions of output tokens 1..n-1
     return [p == t for p, t in zip(predicted, output[1:], strict=True)]
+
+
+def hidden_states(model: Any, tokens: Sequence[int], layer_ids: Sequence[int]) -> tuple[Any, Any]:
+    """A causal LM's fused hidden states at ``layer_ids`` (id ``i``: the input of layer
+    ``i`` as vLLM counts, the number of layers: the last layer's output before the final
+    norm) and that last output, over ``tokens``: ``([L, len(ids) * hidden], [L, hidden])``."""
+    import torch
+
+    captured: dict[str, Any] = {}
+    hook = model.model.norm.register_forward_hook(
+        lambda _m, args, _o: captured.update(last=args[0])
+    )
+    try:
+        with torch.no_grad():
+            hidden = model(torch.tensor([list(tokens)]), output_hidden_states=True).hidden_states
+    finally:
+        hook.remove()
+    # transformers' last entry is after the final norm; vLLM's id n is before it
+    hidden = (*hidden[:-1], captured["last"])
+    return torch.cat([hidden[i][0] for i in layer_ids], dim=-1), captured["last"][0]
+
+
+def head_agreement(
+    head: Any, target: Any, prompt: Sequence[int], tokens: Sequence[int], depth: int
+) -> list[list[bool]]:
+    """``agree[p][d]``: whether the head's chain starting after token ``p`` of ``tokens``
+    (an output and any continuation) drafts token ``p + 1 + d``, for every ``p`` with a
+    next token; its unroll fed the target's hidden states of prompt + tokens."""
+    import torch
+
+    seq = [*prompt, *tokens]
+    aux, _ = hidden_states(target, seq, head.config.eagle_aux_hidden_state_layer_ids)
+    ids = torch.tensor(seq)
+    with torch.no_grad():  # speculators' shift: position i holds token i + 1, hidden i
+        drafts = head(
+            hidden_states=aux[:-1][None],
+            input_ids=ids[1:][None],
+            document_ids=torch.zeros(1, len(seq) - 1, dtype=torch.long),
+            position_ids=torch.arange(1, len(seq))[None],
+            ttt_steps=depth,
+        )
+    # a chain after output token p reads packed index P + p - 1 (P prompt tokens); depth d
+    # drafts output token p + 1 + d
+    start = len(prompt) - 1
+    return [
+        [
+            int(drafts[d][0, start + p]) == tokens[p + 1 + d]
+            for d in range(depth)
+            if p + 1 + d < len(tokens)
+        ]
+        for p in range(len(tokens) - 1)
+    ]
 
 
 def continuation(model: Any, prompt: Sequence[int], output: Sequence[int], n: int) -> list[int]:
@@ -129,6 +211,29 @@ def run_prompts(summary: dict[str, Any], problem_ids: Sequence[str]) -> dict[str
         for p in load_problems(cfg.dataset, cfg.limit)
         if p.id in wanted
     }
+
+
+def is_head(draft: str) -> bool:
+    """Whether ``draft`` is an EAGLE-3 head (a speculators checkpoint), not a draft model."""
+    from harness.checks import model_config
+
+    return (model_config(draft) or {}).get("speculators_model_type") == "eagle3"
+
+
+def _load_head(head: str) -> Any:
+    """An EAGLE-3 head for its unroll on CPU (SDPA attention: flex attention needs CUDA),
+    from its own files alone (speculators' loader also reads the target it was trained on)."""
+    from safetensors.torch import load_file
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+
+    config = Eagle3SpeculatorConfig.from_pretrained(head)
+    config.transformer_layer_config._attn_implementation = "sdpa"
+    model = Eagle3DraftModel(config)
+    weights = {}
+    for path in sorted(Path(head).glob("*.safetensors")):
+        weights |= load_file(path)
+    model.load_state_dict(weights, strict=False)  # the verifier's norm and LM head: unused
+    return model.eval()
 
 
 def _load_draft(draft: str) -> Any:
@@ -167,47 +272,57 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
             not load under its config.json.
     """
     import pyarrow.parquet as pq
-    from transformers import AutoModelForCausalLM
 
     from harness import provenance, results
-    from harness.checks import check_same_vocab
+    from harness.checks import check_speculator
     from harness.config import ConfigError
 
     summary = results.read_summary(run_dir)
     if summary is None or summary.get("k") != 0:
         raise ConfigError(f"{run_dir}: not a complete K = 0 run")
-    check_same_vocab(summary["target"], draft)  # as the harness does before a K > 0 run
+    head = is_head(draft)
+    # as the harness does before a K > 0 run
+    check_speculator("eagle3" if head else "draft_model", summary["target"], draft)
     cols = ["problem_id", "prompt_tokens", "output_token_ids"]
     requests = pq.read_table(run_dir / results.REQUESTS, columns=cols).to_pylist()
     prompts = run_prompts(summary, [r["problem_id"] for r in requests])
-    model = _load_draft(draft)
-    target = None  # loaded for the first request verified past its end
+    model = _load_head(draft) if head else _load_draft(draft)
+    target = None  # loaded for a head, or for the first request verified past its end
     agree, beyond = {}, {}
     for r in requests:
         pid, output = r["problem_id"], r["output_token_ids"]
         prompt = prompts.get(pid)
         if prompt is None or len(prompt) != r["prompt_tokens"]:
             raise ConfigError(f"{run_dir}: cannot render the prompt of {pid} again")
+        if head:
+            target = target or _load_draft(summary["target"])
+            more = continuation(target, prompt, output, max(ks))
+            agree[pid] = head_agreement(model, target, prompt, [*output, *more], max(ks))
+            agree[pid] = agree[pid][: max(len(output) - 1, 0)]
+            continue
         agree[pid] = agreement(model, prompt, output)
         if any(reaches_end(agree[pid], k) for k in ks):
-            if target is None:
-                target = AutoModelForCausalLM.from_pretrained(summary["target"], dtype="float32")
-            more = continuation(target.eval(), prompt, output, max(ks))
+            target = target or _load_draft(summary["target"])
+            more = continuation(target, prompt, output, max(ks))
             beyond[pid] = agreement(model, prompt, [*output, *more])[len(agree[pid]) :]
     per_k = {}
     for k in ks:
         counts = (replay([*a, *beyond.get(pid, [])], k, len(a)) for pid, a in agree.items())
         per_k[str(k)] = metrics.total_counts(counts).to_row()
-    agreed = sum(sum(a) for a in agree.values())
+    # a draft model's share of positions it predicts; a head's at its first depth
+    firsts = [x[0] if head else x for a in agree.values() for x in a if not head or x]
 
     def bits(vector: list[bool]) -> str:
         return "".join("1" if x else "0" for x in vector)
 
+    def depths(rows: list[list[bool]]) -> list[str]:  # a head's: depth-major, unknown = 0
+        return [bits([d < len(r) and r[d] for r in rows]) for d in range(max(ks))]
+
     return {
         "draft_identity": provenance.model_identity(draft)["digest"],
-        "agreement": agreed / max(sum(len(a) for a in agree.values()), 1),
+        "agreement": sum(firsts) / max(len(firsts), 1),
         "ks": per_k,
-        "agree": {pid: bits(a) for pid, a in agree.items()},
+        "agree": {pid: depths(a) if head else bits(a) for pid, a in agree.items()},
         "beyond": {pid: bits(b) for pid, b in beyond.items()},
     }
 

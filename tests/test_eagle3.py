@@ -8,35 +8,57 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from test_preflight import assert_replay_equals_vllm, estimate_and_measure
 
 from harness import synth
 from harness.checks import check_head
-from harness.config import ConfigError
+from harness.config import ConfigError, compose_config
 from train.config import Eagle3Settings
 from train.eagle3 import accuracy, new_head, target_features, train_head
 
 pytestmark = pytest.mark.slow
 
 SETTINGS = Eagle3Settings(max_steps=40, batch_size=4, learning_rate=3e-3, logging_steps=20)
+KS = (1, 2, 3)
 
 
 @pytest.fixture(scope="module")
-def answers(tiny_pair) -> list[dict]:
-    """The target's own greedy answers (transformers) to 40 synthetic questions."""
+def target(tiny_pair, tmp_path_factory) -> Path:
+    """The random target with seeded noise on its weights: answers that change token now
+    and then (the bare random model repeats one token, which any head predicts)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("eagle3_target") / "target"
+    shutil.copytree(tiny_pair[0], out)
+    model = AutoModelForCausalLM.from_pretrained(tiny_pair[0], dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def answers(target) -> list[dict]:
+    """The target's own greedy answers (transformers) to 40 synthetic questions, asked as
+    the harness asks its cot variant."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from harness.prompts import prompt_token_ids
+    from harness.prompts import build_messages, prompt_token_ids
 
-    target = str(tiny_pair[0])
+    prompts = compose_config(["variant=cot"]).prompts
     tokenizer = AutoTokenizer.from_pretrained(target)
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     rows = []
     for problem in synth.generate("easy", "train", 40, seed=1):
-        prompt = [{"role": "user", "content": problem.question}]
+        prompt = build_messages(problem, "cot", prompts)
         ids = torch.tensor([prompt_token_ids(tokenizer, prompt)])
         out = model.generate(ids, max_new_tokens=24, do_sample=False, min_new_tokens=24)
         text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
@@ -46,13 +68,13 @@ def answers(tiny_pair) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def head(tiny_pair, answers, tmp_path_factory):
+def head(target, answers, tmp_path_factory):
     out = tmp_path_factory.mktemp("eagle3") / "head"
-    return out, train_head(str(tiny_pair[0]), answers, SETTINGS, out)
+    return out, train_head(str(target), answers, SETTINGS, out)
 
 
-def test_training_teaches_the_head_the_targets_next_tokens(tiny_pair, answers, head):
-    target = str(tiny_pair[0])
+def test_training_teaches_the_head_the_targets_next_tokens(target, answers, head):
+    target = str(target)
     _, result = head
     held = target_features(target, answers[:4], [0, 1, 2], SETTINGS.max_length)
     untrained = accuracy(new_head(target, [0, 1, 2], SETTINGS, None), held, SETTINGS.ttt_steps)
@@ -62,15 +84,15 @@ def test_training_teaches_the_head_the_targets_next_tokens(tiny_pair, answers, h
     assert result.steps == SETTINGS.max_steps and result.final_loss == result.final_loss
 
 
-def test_the_saved_head_is_what_vllm_loads_as_eagle3(tiny_pair, head):
+def test_the_saved_head_is_what_vllm_loads_as_eagle3(target, head):
     out, _ = head
     config = json.loads((out / "config.json").read_text())
     assert config["speculators_model_type"] == "eagle3"
     assert config["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]  # all of a 2-layer target
-    assert check_head(str(tiny_pair[0]), str(out), "eagle3").startswith("eagle3 head matches")
+    assert check_head(str(target), str(out), "eagle3").startswith("eagle3 head matches")
 
 
-def test_a_head_of_another_width_or_vocabulary_fails_before_any_engine(tiny_pair, head, tmp_path):
+def test_a_head_of_another_width_or_vocabulary_fails_before_any_engine(target, head, tmp_path):
     out, _ = head
     for field, value, said in (
         ("hidden_size", 64, "reads hidden states of size 64"),
@@ -82,23 +104,23 @@ def test_a_head_of_another_width_or_vocabulary_fails_before_any_engine(tiny_pair
         config["transformer_layer_config"][field] = value
         (bad / "config.json").write_text(json.dumps(config))
         with pytest.raises(ConfigError, match=said):
-            check_head(str(tiny_pair[0]), str(bad), "eagle3")
+            check_head(str(target), str(bad), "eagle3")
     host = tmp_path / "gpt2"
     host.mkdir()
-    target = json.loads((tiny_pair[0] / "config.json").read_text())
-    (host / "config.json").write_text(json.dumps(target | {"architectures": ["GPT2LMHeadModel"]}))
+    config = json.loads((target / "config.json").read_text())
+    (host / "config.json").write_text(json.dumps(config | {"architectures": ["GPT2LMHeadModel"]}))
     with pytest.raises(ConfigError, match="cannot host eagle3 heads"):
         check_head(str(host), str(out), "eagle3")
 
 
 def test_a_head_runs_lossless_through_the_harness_with_acceptance_and_calibration(
-    tiny_pair, head, tmp_path
+    target, head, tmp_path
 ):
     out, _ = head
     results_dir = tmp_path / "results"
     cmd = [
         sys.executable, "-m", "harness", "variant=cot_eagle3", "spec.k=2",
-        f"models.targets.cot={tiny_pair[0]}", f"models.drafts.eagle3_cot={out}",
+        f"models.targets.cot={target}", f"models.drafts.eagle3_cot={out}",
         f"results_dir={results_dir}", "limit=3", "max_tokens=24", "sweep=eagle3",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -122,3 +144,11 @@ def test_a_head_runs_lossless_through_the_harness_with_acceptance_and_calibratio
     # the verify step is priced on the head's own engine, the plain target in the same window
     measured = calibrated["measurements"]["1"]
     assert measured["per_unit_s"] > 0 and measured["baseline_per_unit_s"] > 0
+
+
+def test_preflight_replays_the_heads_chains_exactly_as_vllm_runs_them(target, head, tmp_path):
+    out, _ = head
+    estimate, measured = estimate_and_measure(target, out, tmp_path, KS, "cot_eagle3")
+    assert_replay_equals_vllm(estimate, measured)  # per request: steps, drafts, histogram
+    # the chains accepted something: the replay was put to the test
+    assert sum(estimate["ks"][str(k)]["num_accepted_tokens"] for k in KS) > 0

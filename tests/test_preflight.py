@@ -83,14 +83,16 @@ def _noisy_copy(model_dir: Path, out: Path, std: float, seed: int) -> Path:
     return out
 
 
-def _estimate_and_measure(
-    target: Path, draft: Path, tmp_path: Path, ks: tuple[int, ...]
+def estimate_and_measure(
+    target: Path, draft: Path, tmp_path: Path, ks: tuple[int, ...], variant: str = "cot_sd"
 ) -> tuple[dict, dict]:
-    """The pre-flight estimate of ``draft`` from a K = 0 run, and the requests vLLM ran
-    at each K (problem id -> acceptance histogram and drafted tokens)."""
+    """The pre-flight estimate of ``draft`` (the speculator of ``variant``, a cot variant)
+    from a K = 0 run, and the requests vLLM ran at each K (problem id -> acceptance
+    histogram and drafted tokens)."""
     from harness.job import run_job
 
-    common = [f"models.targets.cot={target}", f"models.drafts.cot={draft}",
+    key = compose_config([f"variant={variant}"]).variant.draft
+    common = [f"models.targets.cot={target}", f"models.drafts.{key}={draft}",
               f"results_dir={tmp_path / 'results'}", "limit=6", "max_tokens=40",
               "calibrate=false", "pairing=sequential"]  # fmt: skip
     engines.clear()
@@ -99,7 +101,7 @@ def _estimate_and_measure(
         run_job(base_cfg, progress=False)
         measured = {}
         for k in ks:
-            cfg = compose_config([*common, "variant=cot_sd", f"spec.k={k}"])
+            cfg = compose_config([*common, f"variant={variant}", f"spec.k={k}"])
             run_job(cfg, progress=False)
             cols = ["problem_id", "acceptance_histogram", "num_draft_tokens"]
             path = results.sweep_dir(cfg) / results.job_name(cfg) / results.REQUESTS
@@ -115,7 +117,7 @@ def _estimate_and_measure(
     return estimate, measured
 
 
-def _assert_replay_equals_vllm(estimate: dict, measured: dict) -> None:
+def assert_replay_equals_vllm(estimate: dict, measured: dict) -> None:
     """Per request and K, the replayed steps equal vLLM's: count, drafts, histogram."""
     vectors = dict(zip(estimate["agree"], preflight.stored(estimate), strict=True))
     for k, requests in measured.items():
@@ -134,8 +136,8 @@ def test_estimate_equals_the_measured_greedy_acceptance(tiny_pair, tmp_path):
     half the time: per request, every verify step vLLM records equals the replay's."""
     target = _noisy_copy(tiny_pair[0], tmp_path / "target", 1.0, 0)
     draft = _noisy_copy(target, tmp_path / "draft", 0.05, 1)
-    estimate, measured = _estimate_and_measure(target, draft, tmp_path, (1, 3))
-    _assert_replay_equals_vllm(estimate, measured)
+    estimate, measured = estimate_and_measure(target, draft, tmp_path, (1, 3))
+    assert_replay_equals_vllm(estimate, measured)
     rates = [estimate["ks"][k]["acceptance_rate"] for k in ("1", "3")]
     assert all(0 < r < 1 for r in rates), rates
 
@@ -145,7 +147,7 @@ def test_drafts_verified_past_the_outputs_end_are_counted(tiny_pair, tmp_path):
     """The random pair repeats one token, so every draft is accepted; 40 tokens leave 39
     decode positions, and at K = 5 the last step (3 tokens left) verifies 2 drafts past
     the end, which vLLM counts and the target's continuation predicts."""
-    estimate, measured = _estimate_and_measure(*tiny_pair, tmp_path, (3, 5))
+    estimate, measured = estimate_and_measure(*tiny_pair, tmp_path, (3, 5))
     assert len(estimate["beyond"]) == 6
-    _assert_replay_equals_vllm(estimate, measured)
+    assert_replay_equals_vllm(estimate, measured)
     assert estimate["ks"]["5"]["num_accepted_tokens"] == 6 * (6 * 5 + 5)
