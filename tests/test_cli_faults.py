@@ -181,11 +181,12 @@ JOB = "cot-synth_easy-k0-c1-s0-t0-n2"
 
 @pytest.mark.slow
 def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides, tmp_path):
-    # 8 answers of 200 tokens: the interrupted job runs for seconds, so the SIGINT lands in it
-    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=8", "max_tokens=200",
+    # 24 answers of 200 tokens: the interrupted job runs for over ten seconds, so the SIGINT
+    # lands in it even when the test reads the job's first line late (a loaded machine)
+    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=24", "max_tokens=200",
             "calibrate=false"]  # fmt: skip
     proc = _start(["-m", *tiny_overrides, *grid])
-    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n8:")
+    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n24:")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     _, err = proc.communicate(timeout=120)
     err = err.decode(errors="replace")
@@ -195,10 +196,10 @@ def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides
     assert "Traceback" not in err, err[-3000:]
     sweep = tmp_path / "results" / "tiny"
     assert (
-        f"interrupted: job cot-synth_medium-k0-c1-s0-t0-n8 stopped; finished jobs are kept in "
+        f"interrupted: job cot-synth_medium-k0-c1-s0-t0-n24 stopped; finished jobs are kept in "
         f"{sweep}" in err
     )
-    assert results.read_summary(sweep / "cot-synth_easy-k0-c1-s0-t0-n8") is not None
+    assert results.read_summary(sweep / "cot-synth_easy-k0-c1-s0-t0-n24") is not None
 
 
 @pytest.mark.slow
@@ -242,11 +243,12 @@ def test_a_second_sweep_into_the_same_directory_is_refused(tiny_overrides, tmp_p
 def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     tiny_overrides, tmp_path
 ):
-    # 8 answers of 200 tokens: the second job runs for seconds, so the move lands in it
-    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=8", "max_tokens=200",
+    # 24 answers of 200 tokens: the second job runs for over ten seconds, so the move lands
+    # in it even when the test reads the job's first line late (a loaded machine)
+    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=24", "max_tokens=200",
             "calibrate=false"]  # fmt: skip
     proc = _start(["-m", *tiny_overrides, *grid])
-    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n8:")
+    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n24:")
     sweep = tmp_path / "results" / "tiny"
     sweep.rename(tmp_path / "moved")
     sweep.write_text("not a directory any more")
@@ -254,7 +256,7 @@ def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     err = err.decode(errors="replace")
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    second = sweep / "cot-synth_medium-k0-c1-s0-t0-n8"
+    second = sweep / "cot-synth_medium-k0-c1-s0-t0-n24"
     assert f"could not write the results to {second}" in err
     assert f"could not record its failure in {sweep / results.FAILURES}" in err
-    assert results.read_summary(tmp_path / "moved" / "cot-synth_easy-k0-c1-s0-t0-n8") is not None
+    assert results.read_summary(tmp_path / "moved" / "cot-synth_easy-k0-c1-s0-t0-n24") is not None

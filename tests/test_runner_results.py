@@ -21,7 +21,8 @@ SUMMARY_KEYS = {
     *("dataset", "difficulty", "prompt_style", "concurrency", "seed", "temperature"),
     *("config", "config_hash", "versions", "hardware", "engine_start_s", "engine_reused"),
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
-    *("spec", "counter_mismatch", "repeat", "draft_sample_method", "pairing", "reference"),
+    *("spec", "counter_mismatch", "repeat", "method", "draft_sample_method", "pairing"),
+    "reference",
     *("run_key", "models", "dataset_digest", "git", "command"),  # provenance
 }
 

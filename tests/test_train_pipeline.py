@@ -45,7 +45,12 @@ def test_smollm2_derives_its_drafts_from_gsm8k_targets():
     cfg = compose_train_config(["experiment=smollm2", "datasets_dir=some/dir"])
     exp = Experiment.load("smollm2")
     assert cfg.scratch is None and cfg.draft_layers and cfg.difficulties == ["easy"]
-    assert "base" not in exp.drafts and set(exp.drafts) == {"cot", "cod"}
+    assert "base" not in exp.drafts and set(exp.drafts) == {
+        "cot",
+        "cod",
+        "eagle3_cot",
+        "eagle3_cod",
+    }
     assert cfg.draft.freeze_embeddings and cfg.datasets_dir == "some/dir"
     # the distilled answers fit the engine, and the sweep asks no more tokens than they hold
     from harness.config import compose_config
@@ -90,6 +95,7 @@ MICRO = [
     "draft.max_steps=2",
     "distil.max_problems=4",
     "distil.max_tokens=24",
+    "eagle3=null",  # a 1-layer target has no 3 layers to fuse (tests/test_eagle3.py: heads)
 ]
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config import ConfigError
 from train.config import Eagle3Settings
 
 
@@ -53,6 +54,11 @@ def layer_ids(num_layers: int, settings: Eagle3Settings) -> list[int]:
     if settings.layer_ids:
         return list(settings.layer_ids)
     n = num_layers
+    if n < 2:
+        raise ConfigError(
+            f"eagle3: the target has {n} layer; a head fuses 3 distinct layer ids of 0..{n} "
+            "(set eagle3=null for this experiment)"
+        )
     if n >= 6:
         return [2, n // 2, n - 3]
     return [1, n // 2, n - 1] if n >= 4 else list(range(n - 2, n + 1))
