@@ -181,12 +181,12 @@ JOB = "cot-synth_easy-k0-c1-s0-t0-n2"
 
 @pytest.mark.slow
 def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides, tmp_path):
-    # 24 answers of 200 tokens: the interrupted job runs for over ten seconds, so the SIGINT
-    # lands in it even when the test reads the job's first line late (a loaded machine)
-    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=24", "max_tokens=200",
+    # 60 answers of 200 tokens: the interrupted job runs for about half a minute, so the
+    # SIGINT lands in it even when its bar's first line comes at the 10 s log interval
+    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=60", "max_tokens=200",
             "calibrate=false"]  # fmt: skip
     proc = _start(["-m", *tiny_overrides, *grid])
-    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n24:")
+    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n60:")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     _, err = proc.communicate(timeout=120)
     err = err.decode(errors="replace")
@@ -196,10 +196,10 @@ def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides
     assert "Traceback" not in err, err[-3000:]
     sweep = tmp_path / "results" / "tiny"
     assert (
-        f"interrupted: job cot-synth_medium-k0-c1-s0-t0-n24 stopped; finished jobs are kept in "
+        f"interrupted: job cot-synth_medium-k0-c1-s0-t0-n60 stopped; finished jobs are kept in "
         f"{sweep}" in err
     )
-    assert results.read_summary(sweep / "cot-synth_easy-k0-c1-s0-t0-n24") is not None
+    assert results.read_summary(sweep / "cot-synth_easy-k0-c1-s0-t0-n60") is not None
 
 
 @pytest.mark.slow
