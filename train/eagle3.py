@@ -72,32 +72,20 @@ def target_features(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from harness.preflight import hidden_states
     from harness.prompts import prompt_token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    captured: dict[str, Any] = {}
-    model.model.norm.register_forward_hook(lambda _m, args, _o: captured.update(last=args[0]))
     out = []
-    with torch.no_grad():
-        for row in rows:
-            prompt = prompt_token_ids(tokenizer, row["prompt"])
-            answer = tokenizer(row["completion"][0]["content"], add_special_tokens=False)
-            tokens = (prompt + answer["input_ids"] + [tokenizer.eos_token_id])[:max_length]
-            input_ids = torch.tensor([tokens])
-            hidden = model(input_ids, output_hidden_states=True).hidden_states
-            # transformers' last entry is after the final norm; vLLM's id n is before it
-            hidden = (*hidden[:-1], captured["last"])
-            is_answer = torch.zeros(len(tokens), dtype=torch.bool)
-            is_answer[len(prompt) :] = True
-            out.append(
-                Sequence(
-                    input_ids=input_ids[0],
-                    aux=torch.cat([hidden[i][0] for i in ids], dim=-1),
-                    last=captured["last"][0],
-                    answer=is_answer,
-                )
-            )
+    for row in rows:
+        prompt = prompt_token_ids(tokenizer, row["prompt"])
+        answer = tokenizer(row["completion"][0]["content"], add_special_tokens=False)
+        tokens = (prompt + answer["input_ids"] + [tokenizer.eos_token_id])[:max_length]
+        aux, last = hidden_states(model, tokens, ids)
+        is_answer = torch.zeros(len(tokens), dtype=torch.bool)
+        is_answer[len(prompt) :] = True
+        out.append(Sequence(torch.tensor(tokens), aux, last, is_answer))
     return out
 
 
