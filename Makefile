@@ -25,7 +25,7 @@ else
   VLLM_KIND := $(VLLM)
 endif
 
-.PHONY: help install test test-fast lint format sweep report simulate models data data-report bench peers clean
+.PHONY: help install test test-fast lint format sweep serve report simulate models data data-report bench peers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -92,6 +92,11 @@ sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override
 	$(PY) -m harness -m $(ARGS)
 	$(if $(PLAN),,$(PY) -m harness.calibrate $(ARGS))
 	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) $(or $(ARGS),experiment=$(EXPERIMENT)))
+
+# A serving sweep: conf/serving/<experiment>.yaml's request rates against a vLLM server.
+serve: install $(if $(PLAN),,models) ## run a serving sweep (request rates against a vLLM server), then its report
+	$(PY) -m harness -m serving=$(EXPERIMENT) $(ARGS)
+	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) sweep=$(EXPERIMENT)-serving $(filter results_dir=%,$(ARGS)))
 
 report: install ## figures + REPORT.md from every stored run
 	$(PY) -m reports $(REPORT_ARGS)

@@ -62,7 +62,7 @@ def measure_overhead(args: argparse.Namespace, results_dir: Path) -> list[float]
     from harness import engine as engines
     from harness.config import compose_config
     from harness.metrics import tokens_per_s
-    from harness.runner import prepare, run
+    from harness.runner import Offline, prepare, run
 
     cfg = compose_config([*overrides(args, results_dir), "variant=cot_sd", f"spec.k={args.k}"])
     job = prepare(cfg)
@@ -71,7 +71,7 @@ def measure_overhead(args: argparse.Namespace, results_dir: Path) -> list[float]
     ratios = []
     for i in range(args.rounds):
         bare = bare_tokens_per_s(engine.llm, prompts, job.sampling_params())
-        records, wall, _ = run(job, engine.llm, progress=True)
+        records, wall, _ = run(job, Offline(engine.llm), progress=True)
         harness = tokens_per_s(sum(r.output_tokens for r in records), wall)
         ratios.append(harness / bare)
         print(

@@ -50,16 +50,15 @@ def after_switch(pattern: str, n: int) -> dict[str, list[bool]]:
 def measure(job, llms: dict, pattern: str, settle: bool) -> tuple[float, float]:
     """(A/A ratio, switch cost) of one pass."""
     from harness import pairing
-    from harness.runner import interleave, latencies
+    from harness.runner import interleave
 
     tpot: dict[str, dict[int, float]] = {side: {} for side in llms}
 
     def sink(side: str):
-        def on_output(index: int, output) -> None:
-            ttft, e2e = latencies(output)
-            tokens = len(output.outputs[0].token_ids)
+        def on_output(index: int, completion) -> None:
+            tokens = len(completion.token_ids)
             if tokens > 1:
-                tpot[side][index] = (e2e - ttft) / (tokens - 1)
+                tpot[side][index] = (completion.e2e_s - completion.ttft_s) / (tokens - 1)
 
         return on_output
 
@@ -82,7 +81,7 @@ def main(argv: list[str]) -> int:
     from harness import console
     from harness import engine as engines
     from harness.config import compose_config
-    from harness.runner import prepare, warm_up
+    from harness.runner import Offline, prepare, warm_up
 
     console.quiet_libraries()
     overrides = list(args.overrides)
@@ -96,7 +95,7 @@ def main(argv: list[str]) -> int:
     from harness import pairing
 
     live = engines.get_all((job.spec, job.spec))
-    llms = {pairing.JOB: live[0][0].llm, pairing.BASELINE: live[1][0].llm}
+    llms = {pairing.JOB: Offline(live[0][0].llm), pairing.BASELINE: Offline(live[1][0].llm)}
     for llm in llms.values():
         warm_up(job, llm)
     print(f"A/A on {job.spec.target}: {len(job.requests)} problems, max_tokens {job.max_tokens}")

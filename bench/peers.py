@@ -144,7 +144,7 @@ def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) ->
     from harness import engine as engines
     from harness import metrics
     from harness.config import compose_config
-    from harness.runner import prepare, run, warm_up
+    from harness.runner import Offline, prepare, run, warm_up
 
     cfg = compose_config(
         [
@@ -164,7 +164,7 @@ def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) ->
     hf_generate(model, assistant, prompts[0], args.max_tokens)  # warm-up, not counted
     counts.steps = counts.drafted = counts.accepted = 0
     engine, _ = engines.get(job.spec)
-    warm_up(job, engine.llm)
+    warm_up(job, Offline(engine.llm))
     hf_tok = hf_s = vllm_tok = vllm_s = 0.0
     same = total = 0
     records = []
@@ -173,7 +173,7 @@ def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) ->
         tic = time.perf_counter()
         hf_ids = [hf_generate(model, assistant, p, args.max_tokens) for p in prompts]
         hf_wall = time.perf_counter() - tic
-        records, wall, _ = run(job, engine.llm, progress=False)
+        records, wall, _ = run(job, Offline(engine.llm), progress=False)
         tokens = sum(len(x) for x in hf_ids), sum(r.output_tokens for r in records)
         hf_tok, hf_s, vllm_tok, vllm_s = (
             hf_tok + tokens[0],
@@ -205,8 +205,8 @@ def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) ->
     batched = replace(job, info=replace(job.info, concurrency=args.concurrency))
     prompts_wide = max(args.concurrency, len(prompts))
     batched = replace(batched, requests=(job.requests * prompts_wide)[:prompts_wide])
-    warm_up(batched, engine.llm)
-    records, wall = run(batched, engine.llm, progress=False)
+    warm_up(batched, Offline(engine.llm))
+    records, wall, _ = run(batched, Offline(engine.llm), progress=False)
     rate = sum(r.output_tokens for r in records) / wall
     print(
         f"draftbench (vLLM), concurrency {args.concurrency}: {rate:.1f} tok/s "

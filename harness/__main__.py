@@ -38,6 +38,7 @@ def main(cfg: DictConfig) -> str:
 
     from harness.checks import exit_on_bad_input
     from harness.job import run_or_record_failure
+    from harness.server import ServerError
 
     hydra_cfg = HydraConfig.get()
     if cfg.plan and hydra_cfg.mode != RunMode.MULTIRUN:
@@ -54,8 +55,11 @@ def main(cfg: DictConfig) -> str:
             return run_or_record_failure(
                 cfg, hydra_dir, keep_going=hydra_cfg.mode == RunMode.MULTIRUN
             )
+    except ServerError as exc:  # recorded in failures.jsonl; its cause is in the message
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
     except KeyboardInterrupt:
-        from harness import engine, results
+        from harness import engine, results, server
 
         print(
             f"interrupted: job {results.job_name(cfg)} stopped; finished jobs are kept in "
@@ -63,6 +67,7 @@ def main(cfg: DictConfig) -> str:
             file=sys.stderr,
         )
         engine.clear()  # its processes never saw the SIGINT (harness.reaper)
+        server.clear()
         raise SystemExit(130) from None
 
 

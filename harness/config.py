@@ -31,6 +31,8 @@ DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")  # vLLM's SpeculativeConfig.d
 # interleaved: a plain engine of the job's target runs the same problems alongside
 # (``harness.pairing``); sequential: the job's engine alone
 PAIRINGS = ("interleaved", "sequential")
+# offline: ``vllm.LLM`` in this process; server: vLLM's OpenAI-compatible server over HTTP
+BACKENDS = ("offline", "server")
 
 
 class ConfigError(ValueError):
@@ -111,6 +113,23 @@ class SpecConfig:
 
 
 @dataclass
+class ServerConfig:
+    """``backend=server``: the vLLM server the jobs stream from."""
+
+    url: str | None = None  # a running server (http://host:port); None = start one per engine spec
+    start_timeout_s: float = 600.0  # how long a started server may take to become healthy
+
+
+@dataclass
+class SloConfig:
+    """Service-level objectives: a request meets the SLO when it meets every bound set."""
+
+    ttft_ms: float | None = None  # time to first token
+    tpot_ms: float | None = None  # time per output token after the first
+    e2e_ms: float | None = None  # end-to-end latency
+
+
+@dataclass
 class Config:
     """One job: (variant, dataset, spec.k, concurrency, seed, temperature)."""
 
@@ -126,6 +145,13 @@ class Config:
     temperature: float = 0.0
     max_tokens: int = 512
     concurrency: int = 1
+    backend: str = "offline"  # offline | server (harness.server)
+    # open-loop arrivals (requests/s, inf = all at once; backend=server), with at most
+    # ``concurrency`` in flight; None = closed loop (a new request as one finishes)
+    request_rate: float | None = None
+    burstiness: float = 1.0  # arrival gaps ~ Gamma(burstiness): 1 = Poisson, as vllm bench serve
+    server: ServerConfig = field(default_factory=ServerConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
     warmup: int = 1  # unrecorded warm-up rounds per job, min(concurrency, problems) prompts each
     repeats: int = 1  # runs of each job, seeds seed, seed+1, ... (same problems)
     repeat: int = 0  # which of those runs this is (set by the harness)
@@ -357,6 +383,26 @@ def validate(cfg: Any) -> None:
     check(cfg.warmup >= 0, "warmup", cfg.warmup, "must be >= 0 (0 = no warm-up)")
     check(cfg.repeats >= 1, "repeats", cfg.repeats, "must be >= 1")
     check_choice("pairing", cfg.pairing, PAIRINGS)
+    check_choice("backend", cfg.backend, BACKENDS)
+    rate = cfg.request_rate
+    check(rate is None or rate > 0, "request_rate", rate, "must be > 0 (requests/s), inf or null")
+    check(
+        rate is None or cfg.backend == "server",
+        "request_rate",
+        rate,
+        "open-loop arrivals need backend=server (the offline engine runs closed-loop concurrency)",
+    )
+    check(cfg.burstiness > 0, "burstiness", cfg.burstiness, "must be > 0 (1 = Poisson arrivals)")
+    for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        bound = cfg.slo[name]
+        check(bound is None or bound > 0, f"slo.{name}", bound, "must be > 0 or null")
+    url = cfg.server.url
+    check(
+        url is None or url.startswith(("http://", "https://")),
+        "server.url",
+        url,
+        "must start with http:// or https:// (e.g. http://127.0.0.1:8000)",
+    )
     check_choice("spec.draft_sample_method", cfg.spec.draft_sample_method, DRAFT_SAMPLE_METHODS)
     check(
         cfg.concurrency <= cfg.engine.max_num_seqs,

@@ -8,17 +8,17 @@ the engine is reused across the jobs of a multirun), summarise (here) and save
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness import calibrate, metrics, provenance, results
+from harness import calibrate, metrics, provenance, results, server
 from harness import engine as engines
 from harness.config import ConfigError
 from harness.datasets import DatasetError
 from harness.files import key_digest
 from harness.records import RequestRecord, RunSummary
-from harness.runner import PreparedJob, prepare, run, warm_up
+from harness.runner import Offline, PreparedJob, prepare, run, warm_up
 
 # What happened to a job (the Hydra task function's return value).
 RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
@@ -57,13 +57,14 @@ def summarize(
     records: list[RequestRecord],
     wall_s: float,
     engine_counts: metrics.SpecCounts | None,
-    engine: engines.Engine,
-    reused: bool,
+    started: Started,
     models: dict[str, dict[str, Any]],
     key: dict[str, str],
 ) -> RunSummary:
     """The run summary of a finished job: its own facts only (no other job is read)."""
     tokens = sum(r.output_tokens for r in records)
+    slo = {name: bound for name, bound in cfg.slo.items() if bound is not None}
+    good = sum(metrics.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo) for r in records)
     mismatch = None
     if job.info.k > 0:
         per_request = metrics.total_counts(r.spec_counts for r in records if r.spec_counts)
@@ -78,9 +79,9 @@ def summarize(
         config_hash=results.config_hash(cfg),
         versions=provenance.versions(),
         hardware=provenance.hardware(cfg.engine.device),
-        engine_start_s=0.0 if reused else engine.start_s,
-        engine_reused=reused,
-        engine_launches=engines.launches(),
+        engine_start_s=0.0 if started.reused else started.start_s,
+        engine_reused=started.reused,
+        engine_launches=started.launches,
         wall_s=wall_s,
         num_requests=len(records),
         output_tokens=tokens,
@@ -92,7 +93,19 @@ def summarize(
         dataset_digest=key_digest([asdict(r.problem) for r in job.requests]),
         git=provenance.git_state(),
         command=provenance.command(),
+        request_throughput=len(records) / wall_s if wall_s > 0 else None,
+        goodput=good / wall_s if slo and wall_s > 0 else None,
     )
+
+
+@dataclass(frozen=True)
+class Started:
+    """How a job got its engine or server: seconds to start it (0 when reused), whether it
+    was reused, and the engines or servers this process has started so far."""
+
+    start_s: float
+    reused: bool
+    launches: int
 
 
 class Reference:
@@ -119,6 +132,51 @@ class Reference:
         return {"engine": self.engine, "k": self.k, "start_s": self.start_s, "end_s": self.end_s}
 
 
+Outcome = tuple[list[RequestRecord], float, metrics.SpecCounts | None, Started, dict | None]
+
+
+def _offline(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
+    """The job on live ``vllm.LLM`` engines (its own, and its baseline when interleaved),
+    calibrated and watched by the drift sentinel; on any error every engine shuts down."""
+    server.clear()
+    live = engines.get_all(job.specs)
+    (engine, reused), baseline = live[0], (live[1][0].llm if len(live) > 1 else None)
+    try:
+        for llm in (engine.llm, baseline)[: len(live)]:
+            warm_up(job, Offline(llm))
+        if cfg.calibrate:
+            calibrate.on_live_engine(cfg, job.spec, engine.llm, baseline)
+        reference = Reference(job, baseline or engine.llm)
+        pair = None if baseline is None else Offline(baseline)
+        records, wall_s, counts = run(job, Offline(engine.llm), progress, pair)
+        reference.end()
+    except BaseException:
+        engines.clear()
+        raise
+    # a later engine start reset the job engine's counters (vLLM keeps one set per process)
+    lost = reused and not all(r for _, r in live[1:])
+    started = Started(engine.start_s, reused, engines.launches())
+    return records, wall_s, None if lost else counts, started, reference.to_row()
+
+
+def _on_server(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
+    """The job against a vLLM server: started for its spec (reused across the jobs of the
+    spec; its log beside the results) or reached at ``server.url``."""
+    engines.clear()
+    if cfg.server.url:
+        live, reused = server.connect(cfg.server.url), True
+    else:
+        logs = results.sweep_dir(cfg) / results.SERVER_LOGS
+        live, reused = server.get(job.spec, logs, cfg.server.start_timeout_s)
+    try:
+        warm_up(job, live)
+        records, wall_s, counts = run(job, live, progress)
+    except BaseException:
+        server.clear()
+        raise
+    return records, wall_s, counts, Started(live.start_s, reused, server.launches()), None
+
+
 def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> RunSummary | None:
     """Run one composed job config and save its results; None when skipped as complete.
 
@@ -139,24 +197,12 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
         print(f"re-running {name}: {', '.join(changed)} changed")
     elif changed is None and not cfg.force and (job_dir / results.SUMMARY).exists():
         print(f"re-running {name}: its stored results are incomplete or do not read back")
-    live = engines.get_all(job.specs)
-    (engine, reused), baseline = live[0], (live[1][0].llm if len(live) > 1 else None)
-    try:
-        for llm in (engine.llm, baseline)[: len(live)]:
-            warm_up(job, llm)
-        if cfg.calibrate:
-            calibrate.on_live_engine(cfg, job.spec, engine.llm, baseline)
-        reference = Reference(job, baseline or engine.llm)
-        records, wall_s, counts = run(job, engine.llm, progress, baseline)
-        reference.end()
-    except BaseException:
-        engines.clear()
-        raise
-    # a later engine start reset the job engine's counters (vLLM keeps one set per process)
-    lost = reused and not all(r for _, r in live[1:])
-    counts = None if lost else counts
-    summary = summarize(cfg, job, records, wall_s, counts, engine, reused, models, key)
-    summary = replace(summary, reference=reference.to_row())
+    if cfg.backend == "server":
+        records, wall_s, counts, started, reference = _on_server(cfg, job, progress)
+    else:
+        records, wall_s, counts, started, reference = _offline(cfg, job, progress)
+    summary = summarize(cfg, job, records, wall_s, counts, started, models, key)
+    summary = replace(summary, reference=reference)
     try:
         results.write_job(job_dir, records, summary, hydra_dir)
     except OSError as exc:

@@ -227,3 +227,13 @@ def output_hash(token_ids: Sequence[int]) -> str:
 def tokens_per_s(tokens: int, seconds: float) -> float:
     """Throughput in tokens/s; 0 for an empty interval."""
     return tokens / seconds if seconds > 0 else 0.0
+
+
+def meets_slo(
+    ttft_s: float, tpot_s: float | None, e2e_s: float, slo: dict[str, float | None]
+) -> bool:
+    """True when a request meets every bound of ``slo`` that is set (``ttft_ms``,
+    ``tpot_ms``, ``e2e_ms``), as ``vllm bench serve``'s goodput counts it (a one-token
+    output has no TPOT and meets its bound)."""
+    measured = {"ttft_ms": ttft_s, "tpot_ms": tpot_s or 0.0, "e2e_ms": e2e_s}
+    return all(bound is None or 1000 * measured[k] <= bound for k, bound in slo.items())

@@ -1,4 +1,5 @@
-"""The records a job produces: one RequestRecord per problem and one RunSummary.
+"""The records a job produces: one RequestRecord per problem and one RunSummary, from
+the Completion a backend returns for each request.
 
 ``to_row()`` is the only route to disk: a RequestRecord row is one line of the tidy
 request table (``requests.parquet``), a RunSummary row is ``summary.json``. Spec fields
@@ -34,10 +35,31 @@ class JobInfo:
     method: str | None = None  # the speculator family (config.SPEC_METHODS); None at k = 0
     draft_sample_method: str | None = None  # greedy | probabilistic (not for ngram)
     pairing: str = "sequential"  # interleaved: a baseline engine ran the same problems alongside
+    backend: str = "offline"  # offline (vllm.LLM) | server (vLLM's OpenAI-compatible server)
+    request_rate: float | None = None  # open-loop arrivals (requests/s); None = closed loop
 
     def to_row(self) -> dict[str, Any]:
         """Flat dict of the job columns."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished request as a backend returns it (times in seconds from its send)."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: str | None
+    ttft_s: float
+    e2e_s: float
+    sent_s: float | None = None  # when it was sent, from the first send of its batch
+    itl_s: tuple[float, ...] | None = None  # gaps between streamed chunks (server backend)
+    # vLLM's per-request speculative metrics (None without speculation): verify steps by
+    # accepted drafts, drafted tokens, and per step (``detailed``) accepted and drafted
+    histogram: tuple[int, ...] | None = None
+    num_draft_tokens: int | None = None
+    per_step_accepted: tuple[int, ...] | None = None
+    per_step_drafted: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +95,10 @@ class RequestRecord:
     # (early, middle, late); None at k = 0 or when steps without drafts hide the places
     accepted_thirds: tuple[int, ...] | None = field(default=None, kw_only=True)
     drafted_thirds: tuple[int, ...] | None = field(default=None, kw_only=True)
+    # the server backend: when the request was sent (s from the job's first send) and the
+    # gaps between its streamed chunks (a chunk carries every token of one verify step)
+    sent_s: float | None = field(default=None, kw_only=True)
+    itl_s: tuple[float, ...] | None = field(default=None, kw_only=True)
     # interleaved pairing: the same problem on the job's baseline engine, seconds away
     # (``harness.pairing``); None when the job ran alone
     pair_ttft_s: float | None = field(default=None, kw_only=True)
@@ -137,6 +163,10 @@ class RunSummary:
     # the drift sentinel: seconds per unit of the fixed reference requests on ``engine``
     # (target: the plain baseline engine; job: the job's own) at the job's start and end
     reference: dict[str, Any] | None = field(default=None, kw_only=True)
+    # completed requests per second of ``wall_s``, and those meeting the job's SLO (the
+    # config's ``slo``; None when it sets no bound)
+    request_throughput: float | None = field(default=None, kw_only=True)
+    goodput: float | None = field(default=None, kw_only=True)
 
     def to_row(self) -> dict[str, Any]:
         """The ``summary.json`` object; ``complete`` marks a fully written job."""

@@ -26,6 +26,7 @@ from harness.records import RequestRecord, RunSummary, request_columns
 SUMMARY = "summary.json"
 REQUESTS = "requests.parquet"
 FAILURES = "failures.jsonl"
+SERVER_LOGS = ".servers"  # the logs of the servers a sweep started (hidden: not a job)
 # Keys that do not change what a job computes: left out of the config hash.
 # ``repeats``/``repeat`` only label runs: each repeat's seed is in its config.
 UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat")
@@ -56,11 +57,14 @@ def request_schema() -> Any:
 
 def job_name(cfg: Any) -> str:
     """Readable, unique-per-sweep name: ``<variant>-<dataset>-k<K>-c<conc>-s<seed>-t<temp>-n<limit>``,
-    plus ``-r<repeat>`` for repeats after the first."""
+    plus ``-server`` on the server backend, ``-rps<rate>`` for open-loop arrivals and
+    ``-r<repeat>`` for repeats after the first."""
     limit = "all" if cfg.limit is None else cfg.limit
+    server = "-server" if cfg.backend == "server" else ""
+    rate = "" if cfg.request_rate is None else f"-rps{cfg.request_rate:g}"
     repeat = f"-r{cfg.repeat}" if cfg.repeat else ""
     return (
-        f"{cfg.variant.name}-{cfg.dataset.name}-k{cfg.spec.k}-c{cfg.concurrency}"
+        f"{cfg.variant.name}-{cfg.dataset.name}-k{cfg.spec.k}-c{cfg.concurrency}{server}{rate}"
         f"-s{cfg.seed}-t{cfg.temperature:g}-n{limit}{repeat}"
     )
 

@@ -1,11 +1,11 @@
-"""One job's work: problems -> chat prompts -> generate at concurrency 1 or N -> records.
+"""One job's work: problems -> chat prompts -> a backend -> records.
 
 :func:`prepare` does everything that needs no engine (and raises ConfigError on bad
-input); :func:`run` sends the prompts through a live ``vllm.LLM`` keeping
-``concurrency`` requests in flight (1 = interactive latency, N = batched load) and
-returns one :class:`RequestRecord` per problem. Prompts are rendered with the target
-tokenizer's chat template and sent as token ids, so the length check and the engine see
-the same tokens.
+input); :func:`run` sends the prompts through a backend (:class:`Offline`, a live
+``vllm.LLM`` stepped here keeping ``concurrency`` requests in flight; or
+``harness.server.Server``, streamed over HTTP at the job's load) and returns one
+:class:`RequestRecord` per problem. Prompts are rendered with the target tokenizer's chat
+template and sent as token ids, so the length check and the engine see the same tokens.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from harness import console, memory, metrics, pairing
+from harness.arrivals import Load
 from harness.checks import (
     check_model_dir,
     check_prompt_lengths,
@@ -30,7 +31,7 @@ from harness.engine import WARMUP_TOKENS, EngineSpec
 from harness.grading import grade
 from harness.problems import Problem
 from harness.prompts import build_messages, prompt_token_ids
-from harness.records import JobInfo, RequestRecord
+from harness.records import Completion, JobInfo, RequestRecord
 from harness.results import job_name
 
 
@@ -52,11 +53,18 @@ class PreparedJob:
     max_tokens: int
     warmup: int = 0  # warm-up rounds before the recorded requests
     baseline: EngineSpec | None = None  # the plain engine interleaved with ``spec``, if any
+    burstiness: float = 1.0  # open-loop arrivals: gaps ~ Gamma(burstiness)
 
     @property
     def specs(self) -> tuple[EngineSpec, ...]:
         """The engines the job runs on: its own, then its baseline when interleaved."""
         return (self.spec,) if self.baseline is None else (self.spec, self.baseline)
+
+    @property
+    def load(self) -> Load:
+        """How the job's requests arrive: its concurrency, request rate and burstiness."""
+        info = self.info
+        return Load(info.concurrency, info.request_rate, self.burstiness, info.seed)
 
     def sampling_params(self, max_tokens: int | None = None) -> Any:
         """vLLM sampling parameters (the seed is per request, not per engine)."""
@@ -94,6 +102,8 @@ def job_info(cfg: Any) -> JobInfo:
         seed=cfg.seed,
         concurrency=cfg.concurrency,
         repeat=cfg.repeat,
+        backend=cfg.backend,
+        request_rate=None if cfg.request_rate is None else float(cfg.request_rate),
         method=cfg.variant.method if cfg.spec.k > 0 else None,
         draft_sample_method=(
             cfg.spec.draft_sample_method
@@ -114,7 +124,10 @@ def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
     """
 
     spec = EngineSpec.from_config(cfg)
-    if cfg.pairing == "interleaved":
+    if cfg.pairing == "interleaved" and cfg.backend == "server":
+        print("pairing=interleaved: the server backend runs one server per job for now; "
+              "running the job alone (pairing=sequential)")  # fmt: skip
+    elif cfg.pairing == "interleaved":
         plain = EngineSpec.baseline(cfg)
         pair = (spec.sharing(2), plain.sharing(2))
         try:
@@ -156,7 +169,9 @@ def prepare(cfg: Any) -> PreparedJob:
         cfg.max_tokens,
         cfg.engine.max_model_len,
     )
-    return PreparedJob(info, spec, tuple(requests), cfg.max_tokens, cfg.warmup, baseline)
+    return PreparedJob(
+        info, spec, tuple(requests), cfg.max_tokens, cfg.warmup, baseline, cfg.burstiness
+    )
 
 
 def generate(
@@ -211,25 +226,91 @@ def latencies(output: Any) -> tuple[float, float]:
     )
 
 
-def to_record(info: JobInfo, request: Request, output: Any, tokenizer: Any) -> RequestRecord:
-    """The record of one finished ``vllm.RequestOutput``."""
+def _tuple(values: Sequence[int] | None) -> tuple[int, ...] | None:
+    return None if values is None else tuple(values)
+
+
+def completion_of(output: Any) -> Completion:
+    """The :class:`Completion` of one finished ``vllm.RequestOutput``."""
     completion = output.outputs[0]
-    ids = tuple(completion.token_ids)
     ttft, e2e = latencies(output)
-    verdict = grade(completion.text, request.problem.gold_answer, request.problem.answer_style)
     spec = completion.spec_decode_metrics
-    counts = metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens) if spec else None
-    positions = (
-        metrics.rejected_positions(spec.per_step_accepted, spec.per_step_drafted, len(ids))
-        if spec
-        else None
+    return Completion(
+        token_ids=tuple(completion.token_ids),
+        text=completion.text,
+        finish_reason=completion.finish_reason,
+        ttft_s=ttft,
+        e2e_s=e2e,
+        histogram=_tuple(spec.histogram) if spec else None,
+        num_draft_tokens=spec.num_draft_tokens if spec else None,
+        per_step_accepted=_tuple(spec.per_step_accepted) if spec else None,
+        per_step_drafted=_tuple(spec.per_step_drafted) if spec else None,
     )
+
+
+class Backend(Protocol):
+    """Turns prompts into completions: :class:`Offline` or ``harness.server.Server``."""
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: Any,
+        load: Load,
+        on_output: Callable[[int, Completion], None],
+    ) -> None:
+        """Generate every prompt at ``load``, calling ``on_output(index, completion)`` as
+        each request finishes."""
+
+    def spec_counts(self) -> metrics.SpecCounts | None:
+        """The engine's global speculative-decoding counters (None without speculation)."""
+
+
+@dataclass(frozen=True)
+class Offline:
+    """The offline backend: a live ``vllm.LLM`` stepped in this process (closed loop)."""
+
+    llm: Any
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: Any,
+        load: Load,
+        on_output: Callable[[int, Completion], None],
+    ) -> None:
+        """:func:`generate` at ``load.concurrency`` (open-loop rates need the server)."""
+        generate(
+            self.llm,
+            prompts,
+            params,
+            load.concurrency,
+            lambda index, output: on_output(index, completion_of(output)),
+        )
+
+    def spec_counts(self) -> metrics.SpecCounts | None:
+        """vLLM's counters from ``LLM.get_metrics()``."""
+        return metrics.counts_from_snapshot(self.llm.get_metrics())
+
+
+def spec_counts(completion: Completion) -> metrics.SpecCounts | None:
+    """A completion's verify steps, drafted and accepted tokens (None without speculation)."""
+    if completion.histogram is None or completion.num_draft_tokens is None:
+        return None
+    return metrics.counts_from_histogram(completion.histogram, completion.num_draft_tokens)
+
+
+def to_record(
+    info: JobInfo, request: Request, completion: Completion, tokenizer: Any
+) -> RequestRecord:
+    """The record of one finished request."""
+    ids = completion.token_ids
+    verdict = grade(completion.text, request.problem.gold_answer, request.problem.answer_style)
+    counts = spec_counts(completion)
+    accepted, drafted = completion.per_step_accepted, completion.per_step_drafted
+    steps = accepted is not None and drafted is not None
+    positions = metrics.rejected_positions(accepted, drafted, len(ids)) if steps else None
     rejections = None if positions is None else tuple(tokenizer.decode([ids[i]]) for i in positions)
-    thirds = (
-        metrics.acceptance_by_third(spec.per_step_accepted, spec.per_step_drafted, len(ids))
-        if spec
-        else None
-    )
+    thirds = metrics.acceptance_by_third(accepted, drafted, len(ids)) if steps else None
     return RequestRecord(
         job=info,
         problem_id=request.problem.id,
@@ -242,9 +323,9 @@ def to_record(info: JobInfo, request: Request, output: Any, tokenizer: Any) -> R
         extractor=verdict.extractor,
         correct_strict=verdict.correct_strict,
         correct_flexible=verdict.correct_flexible,
-        ttft_s=ttft,
-        e2e_s=e2e,
-        tpot_s=metrics.tpot(e2e, ttft, len(ids)),
+        ttft_s=completion.ttft_s,
+        e2e_s=completion.e2e_s,
+        tpot_s=metrics.tpot(completion.e2e_s, completion.ttft_s, len(ids)),
         num_spec_steps=counts.num_steps if counts else None,
         num_draft_tokens=counts.num_draft_tokens if counts else None,
         num_accepted_tokens=counts.num_accepted_tokens if counts else None,
@@ -258,96 +339,101 @@ def to_record(info: JobInfo, request: Request, output: Any, tokenizer: Any) -> R
             if counts
             else None
         ),
-        acceptance_histogram=tuple(spec.histogram) if spec else None,
+        acceptance_histogram=completion.histogram,
         output_hash=metrics.output_hash(ids),
         output_token_ids=ids,
         rejection_tokens=rejections,
         accepted_thirds=thirds[0] if thirds else None,
         drafted_thirds=thirds[1] if thirds else None,
+        sent_s=completion.sent_s,
+        itl_s=completion.itl_s,
     )
 
 
-def warm_up(job: PreparedJob, llm: Any) -> None:
+def _ignore(index: int, completion: Completion) -> None:
+    pass
+
+
+def warm_up(job: PreparedJob, backend: Backend) -> None:
     """``job.warmup`` unrecorded rounds of min(concurrency, problems) of the job's own prompts
     at its concurrency and sampling settings, a few tokens each (as vLLM's benchmarks warm up)."""
     width = min(job.info.concurrency, len(job.requests))
     prompts = [r.prompt_token_ids for r in job.requests[:width]] * job.warmup
     params = job.sampling_params(min(WARMUP_TOKENS, job.max_tokens))
-    generate(llm, prompts, params, job.info.concurrency, lambda index, output: None)
+    if prompts:
+        backend.generate(prompts, params, Load(job.info.concurrency), _ignore)
 
 
 def interleave(
     job: PreparedJob,
-    llms: dict[str, Any],
-    on_output: dict[str, Callable[[int, Any], None]],
+    backends: dict[str, Backend],
+    on_output: dict[str, Callable[[int, Completion], None]],
     pattern: str = pairing.PATTERN,
     settle: bool = True,
-    on_settle: Callable[[str, Any], None] | None = None,
+    on_settle: Callable[[str, Completion], None] | None = None,
 ) -> dict[str, float]:
-    """Run every request of ``job`` on both sides (``llms`` by side), wave by wave in
+    """Run every request of ``job`` on both sides (``backends`` by side), wave by wave in
     :func:`harness.pairing.schedule`'s order; returns each side's generation seconds.
 
-    ``settle``: one unrecorded short request on the engine switched to before its wave,
-    its output passed to ``on_settle(side, output)``.
+    ``settle``: one unrecorded short request on the backend switched to before its wave,
+    its completion passed to ``on_settle(side, completion)``.
     """
     prompts = [r.prompt_token_ids for r in job.requests]
     params, short = job.sampling_params(), job.sampling_params(min(WARMUP_TOKENS, job.max_tokens))
-    seconds = dict.fromkeys(llms, 0.0)
-    done = on_settle or (lambda side, output: None)
-    last = None
+    seconds = dict.fromkeys(backends, 0.0)
+    done = on_settle or (lambda side, completion: None)
+    load, last = Load(job.info.concurrency), None
     for side, ids in pairing.schedule(len(prompts), job.info.concurrency, pattern):
         if settle and last is not None and side != last:
-            generate(llms[side], [prompts[ids[0]]], short, 1, lambda i, out, s=side: done(s, out))
+            backends[side].generate(
+                [prompts[ids[0]]], short, Load(1), lambda i, out, s=side: done(s, out)
+            )
         last = side
         tic = time.perf_counter()
-        generate(
-            llms[side],
+        backends[side].generate(
             [prompts[i] for i in ids],
             params,
-            job.info.concurrency,
-            lambda index, output, ids=ids, side=side: on_output[side](ids[index], output),
+            load,
+            lambda index, completion, ids=ids, side=side: on_output[side](ids[index], completion),
         )
         seconds[side] += time.perf_counter() - tic
     return seconds
 
 
 def run(
-    job: PreparedJob, llm: Any, progress: bool = True, baseline: Any = None
+    job: PreparedJob, backend: Backend, progress: bool = True, baseline: Backend | None = None
 ) -> tuple[list[RequestRecord], float, metrics.SpecCounts | None]:
     """Generate every request of ``job``; returns the records (problem order), the seconds
-    the job's engine spent generating them and its engine counters over those requests
-    (vLLM's, read before and after, less the unrecorded requests that settle it after a
-    switch; None when it reports none).
+    the job's backend spent generating them and its engine counters over those requests
+    (read before and after, less the unrecorded requests that settle it after a switch;
+    None when it reports none).
 
-    With ``baseline`` (the live engine of ``job.baseline``) the requests interleave with
-    the same problems on it (:func:`interleave`) and each record carries its pair's timing
-    (:func:`harness.pairing.join`). Generation only keeps vLLM's finished outputs (ids,
-    text, timestamps, spec metrics); grading, decoding and records come after it, so no
-    request waits on them. The progress bar shows the job's problems done, output tokens/s
-    and acceptance so far.
+    With ``baseline`` (the backend of ``job.baseline``) the requests interleave with the
+    same problems on it (:func:`interleave`) and each record carries its pair's timing
+    (:func:`harness.pairing.join`). Generation only keeps the finished completions;
+    grading, decoding and records come after it, so no request waits on them. The
+    progress bar shows the job's problems done, output tokens/s and acceptance so far.
     """
     tokenizer = load_tokenizer(job.spec.target)
-    outputs: dict[int, Any] = {}
-    paired: dict[int, Any] = {}
+    outputs: dict[int, Completion] = {}
+    paired: dict[int, Completion] = {}
     totals = {"tokens": 0, "drafted": 0, "accepted": 0}
     bar = console.progress(len(job.requests), job.info.run_id, "req", disable=not progress)
     settled: list[metrics.SpecCounts] = []
 
-    def on_settle(side: str, output: Any) -> None:
-        spec = output.outputs[0].spec_decode_metrics
-        if side == pairing.JOB and spec is not None:
-            settled.append(metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens))
+    def on_settle(side: str, completion: Completion) -> None:
+        counts = spec_counts(completion)
+        if side == pairing.JOB and counts is not None:
+            settled.append(counts)
 
-    before = metrics.counts_from_snapshot(llm.get_metrics())
+    before = backend.spec_counts()
     tic = time.perf_counter()
 
-    def on_output(index: int, output: Any) -> None:
-        outputs[index] = output
-        completion = output.outputs[0]
+    def on_output(index: int, completion: Completion) -> None:
+        outputs[index] = completion
         totals["tokens"] += len(completion.token_ids)
-        spec = completion.spec_decode_metrics
-        if spec is not None:
-            counts = metrics.counts_from_histogram(spec.histogram, spec.num_draft_tokens)
+        counts = spec_counts(completion)
+        if counts is not None:
             totals["drafted"] += counts.num_draft_tokens
             totals["accepted"] += counts.num_accepted_tokens
         postfix = {
@@ -361,22 +447,16 @@ def run(
 
     try:
         if baseline is None:
-            generate(
-                llm,
-                [r.prompt_token_ids for r in job.requests],
-                job.sampling_params(),
-                job.info.concurrency,
-                on_output,
-            )
+            prompts = [r.prompt_token_ids for r in job.requests]
+            backend.generate(prompts, job.sampling_params(), job.load, on_output)
             wall = time.perf_counter() - tic
         else:
-            sides = {pairing.JOB: llm, pairing.BASELINE: baseline}
+            sides = {pairing.JOB: backend, pairing.BASELINE: baseline}
             sinks = {pairing.JOB: on_output, pairing.BASELINE: paired.__setitem__}
             wall = interleave(job, sides, sinks, on_settle=on_settle)[pairing.JOB]
     finally:
         bar.close()
-    after = metrics.counts_from_snapshot(llm.get_metrics())
-    counts = metrics.counts_delta(before, after)
+    counts = metrics.counts_delta(before, backend.spec_counts())
     if settled and counts is not None:
         counts = metrics.counts_delta(metrics.total_counts(settled), counts)
     records = [to_record(job.info, job.requests[i], outputs[i], tokenizer) for i in sorted(outputs)]

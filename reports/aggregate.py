@@ -40,7 +40,7 @@ from reports import bootstrap
 GROUP = (
     "sweep_id", "target", "target_role", "variant", "draft", "prompt_style", "dataset",
     "difficulty", "limit", "dataset_digest",
-    "temperature", "concurrency", "pairing", "k",
+    "temperature", "concurrency", "backend", "request_rate", "pairing", "k",
 )  # fmt: skip
 PROBLEM_SET = ("sweep_id", "dataset", "difficulty", "limit", "dataset_digest")
 FAILED = ("abort", "error")  # vLLM finish reasons of requests that did not complete
@@ -312,7 +312,8 @@ def pair_side(requests: pd.DataFrame) -> pd.DataFrame:
 def _run_stats(runs: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:
     """Run-level columns per group: runs, seeds, throughput, lossless fraction."""
     runs = runs.astype({c: keys[c].dtype for c in GROUP})
-    cols = {"lossless_fraction": np.nan, "output_tokens_per_s": np.nan}
+    cols = {"lossless_fraction": np.nan, "output_tokens_per_s": np.nan,
+            "request_throughput": np.nan, "goodput": np.nan}  # fmt: skip
     runs = runs.assign(**{c: runs.get(c, v) for c, v in cols.items()})
     return (
         runs.groupby(list(GROUP), sort=True, dropna=False)
@@ -320,6 +321,8 @@ def _run_stats(runs: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:
             n_runs=("run_id", "size"),
             seeds=("seed", lambda s: ",".join(str(x) for x in sorted(set(s)))),
             throughput_tok_s=("output_tokens_per_s", "mean"),
+            request_throughput=("request_throughput", "mean"),
+            goodput=("goodput", "mean"),
             lossless_fraction=("lossless_fraction", "mean"),
         )
         .reset_index()
@@ -350,9 +353,10 @@ def _losses(requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def _quantiles(ok: pd.DataFrame) -> pd.DataFrame:
-    """Per group: p50/p90/p99 of TTFT, TPOT and e2e over requests, and of ITL over gaps
-    (each request's output tokens - 1 gaps taken equal to its TPOT); every percentile
-    interpolates linearly (numpy's default, as vLLM's benchmarks)."""
+    """Per group: p50/p90/p99 of TTFT, TPOT and e2e over requests, and of ITL over gaps:
+    the streamed chunks' gaps where a request recorded them (the server backend), else its
+    output tokens - 1 gaps taken equal to its TPOT; every percentile interpolates linearly
+    (numpy's default, as vLLM's benchmarks)."""
     grouped = ok.groupby(list(GROUP), sort=True, dropna=False)
     parts = [
         grouped[f"{m}_s"].quantile(list(QUANTILES)).unstack().set_axis(
@@ -361,7 +365,12 @@ def _quantiles(ok: pd.DataFrame) -> pd.DataFrame:
     ]  # fmt: skip
     itl = {}
     for key, g in ok.dropna(subset=["tpot_s"]).groupby(list(GROUP), sort=True, dropna=False):
-        gaps = np.repeat(g["tpot_s"].to_numpy(), g["output_tokens"].to_numpy().astype(int) - 1)
+        streamed = g["itl_s"].notna() if "itl_s" in g else pd.Series(False, index=g.index)
+        spread = g[~streamed]
+        gaps = np.concatenate([
+            np.repeat(spread["tpot_s"].to_numpy(), spread["output_tokens"].to_numpy().astype(int) - 1),
+            *(np.asarray(x, float) for x in g.loc[streamed, "itl_s"]),
+        ])  # fmt: skip
         itl[key] = np.percentile(gaps, [100 * q for q in QUANTILES])
     names = [f"itl_p{round(100 * q)}_s" for q in QUANTILES]
     index = pd.MultiIndex.from_tuples(list(itl), names=list(GROUP)) if itl else None

@@ -42,6 +42,8 @@ COLUMNS = tuple(f.name for f in results.request_schema() if f.name not in LEFT_O
 # summary keys that are dicts
 NESTED = ("config", "versions", "hardware", "spec", "git", "reference")
 SEQUENTIAL = "sequential"  # the pairing of runs recorded before pairing existed
+OFFLINE = "offline"  # the backend of runs recorded before backends existed
+CLOSED_LOOP = 0.0  # the request_rate column of closed-loop runs (the harness's null)
 NO_DRAFT = "none"
 ROLE = "target_role"  # the target's key in the config (base | cot | cod); ``target`` is its model
 PROBLEM_SET = ("limit", "dataset_digest")  # added to every request and run (problem_set)
@@ -209,6 +211,8 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
     df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else None)
     df["draft"] = df["draft"].fillna(NO_DRAFT)
     df["pairing"] = df["pairing"].fillna(SEQUENTIAL)
+    df["backend"] = df["backend"].fillna(OFFLINE)
+    df["request_rate"] = df["request_rate"].fillna(CLOSED_LOOP)
     df["correct"] = df["correct"].astype(float)
     return df
 
@@ -242,7 +246,7 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
     requests = _to_pandas(pa.concat_tables(tables, promote_options="permissive"))
     runs = pd.DataFrame([run_row(s, job) for job, (_, s) in good])
     runs["draft"] = runs["draft"].fillna(NO_DRAFT)
-    runs["pairing"] = runs.get("pairing", pd.Series(index=runs.index, dtype=object)).fillna(
-        SEQUENTIAL
-    )
+    for column, value in (("pairing", SEQUENTIAL), ("backend", OFFLINE),
+                          ("request_rate", CLOSED_LOOP)):  # fmt: skip
+        runs[column] = runs.get(column, pd.Series(index=runs.index, dtype=object)).fillna(value)
     return Results(requests, runs, skipped)

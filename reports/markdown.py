@@ -137,6 +137,54 @@ def _along(table_: pd.DataFrame) -> list[str]:
             table(rows, ALONG), ""]  # fmt: skip
 
 
+def _rate(r: pd.Series) -> str:
+    return "closed" if r["request_rate"] == 0 else f"{r['request_rate']:g}"
+
+
+SERVING: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("series")),
+    ("K", _col("k")),
+    ("rate req/s", _rate),
+    ("max in flight", _col("concurrency")),
+    ("achieved req/s", lambda r: num(r["request_throughput"], 2)),
+    ("output tok/s", lambda r: num(r["throughput_tok_s"], 1)),
+    ("TTFT p50 / p99 ms", lambda r: f"{num(r['ttft_p50_s'], 0, 1000)} / {num(r['ttft_p99_s'], 0, 1000)}"),
+    ("TPOT ms", lambda r: ci(r, "tpot_s", 1, 1000)),
+    ("ITL p50 / p99 ms", lambda r: f"{num(r['itl_p50_s'], 1, 1000)} / {num(r['itl_p99_s'], 1, 1000)}"),
+    ("goodput req/s", lambda r: num(r["goodput"], 2)),
+    ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
+    ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
+]  # fmt: skip
+CROSSOVER: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("variant")),
+    ("K", _col("k")),
+    ("rates run", _col("rates")),
+    ("helps up to (CI > 1)", lambda r: num(r["helps_up_to"], 3)),
+    ("crossover (first < 1)", lambda r: num(r["first_below_1"], 3)),
+    ("hurts from (CI < 1)", lambda r: num(r["hurts_from"], 3)),
+]
+
+
+def _serving(rows: pd.DataFrame, cross: pd.DataFrame) -> list[str]:
+    """The server backend's groups by request rate, and where speculation stops paying."""
+    if rows.empty:
+        return []
+    out = ["## Serving under load", "",
+           "Jobs against vLLM's OpenAI-compatible server, streamed: open-loop arrivals at the "
+           "rate shown (`closed`: a new request as one finishes), at most `max in flight` "
+           "at once. ITL percentiles are over the gaps between streamed chunks (a chunk "
+           "carries one verify step's tokens); goodput counts the requests per second that "
+           "met every bound of the job's `slo` (– without one); each speedup pairs the row "
+           "with K = 0 at the same rate (95% CIs).", "",
+           table(rows, SERVING), ""]  # fmt: skip
+    if not cross.empty:
+        out += ["Where speculation stops paying (TPOT speedup along the request rates, req/s; "
+                "– where no rate qualifies):", "", table(cross, CROSSOVER), ""]  # fmt: skip
+    return out
+
+
 def _ratio(measured: str, predicted: str) -> Callable[[pd.Series], str]:
     return lambda r: num(r[measured] / r[predicted], 3) if pd.notna(r[predicted]) else "–"
 
@@ -392,6 +440,7 @@ def report(
         table(t.fits, FITS) if not t.fits.empty else "No speculative runs to fit.",
         "",
         *_along(t.table),
+        *_serving(t.serving, t.crossovers),
         *_figures(shown),
         "## All configurations",
         "",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, specbench
+from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, serving, specbench
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class ReportTables:
     rejections: pd.DataFrame  # rejections.rejection_kinds
     verdicts: tuple[hypotheses.Verdict, ...]
     model_check: str  # fit.model_check: the cost model's hit rate, one line
+    serving: pd.DataFrame  # serving.by_rate: the server backend's groups by request rate
+    crossovers: pd.DataFrame  # serving.crossovers: where speculation stops paying
 
 
 def _with_series(df: pd.DataFrame, multi_sweep: bool) -> pd.DataFrame:
@@ -57,4 +59,6 @@ def build_tables(
         rejections=_with_series(rejections.rejection_kinds(req), multi),
         verdicts=tuple(hypotheses.judge(req, table, n_boot, seed)),
         model_check=fit.model_check(table, fits) if not fits.empty else "",
+        serving=_with_series(serving.by_rate(table), multi),
+        crossovers=serving.crossovers(table),
     )

@@ -12,7 +12,7 @@ from harness import engine as engines
 from harness import results, runner
 from harness.config import compose_config
 from harness.job import repeat_configs, run_or_record_failure
-from harness.runner import prepare, run, warm_up
+from harness.runner import Offline, prepare, run, warm_up
 
 pytestmark = pytest.mark.slow
 SLOW_GRADE_S = 1.0
@@ -41,8 +41,8 @@ def _finished(llm) -> int:
 def test_a_slow_grader_adds_nothing_to_latencies_or_wall_time(overrides, monkeypatch):
     job = prepare(compose_config([*overrides, "variant=cot", "limit=8", "concurrency=4"]))
     engine, _ = engines.get(job.spec)
-    warm_up(job, engine.llm)
-    fast, fast_wall, _ = run(job, engine.llm, progress=False)
+    warm_up(job, Offline(engine.llm))
+    fast, fast_wall, _ = run(job, Offline(engine.llm), progress=False)
     real_grade = runner.grade
 
     def slow_grade(*args, **kwargs):
@@ -52,7 +52,7 @@ def test_a_slow_grader_adds_nothing_to_latencies_or_wall_time(overrides, monkeyp
         return real_grade(*args, **kwargs)
 
     monkeypatch.setattr(runner, "grade", slow_grade)
-    slow, slow_wall, _ = run(job, engine.llm, progress=False)
+    slow, slow_wall, _ = run(job, Offline(engine.llm), progress=False)
     assert [r.output_hash for r in slow] == [r.output_hash for r in fast]
     # grading inside the step loop delayed the second wave by up to 3 x SLOW_GRADE_S
     for field in ("ttft_s", "e2e_s"):
@@ -67,11 +67,11 @@ def test_warm_up_sends_the_jobs_own_prompts_at_its_concurrency(overrides):
     job = prepare(cfg)
     engine, _ = engines.get(job.spec)
     before = _finished(engine.llm)
-    warm_up(job, engine.llm)
+    warm_up(job, Offline(engine.llm))
     assert _finished(engine.llm) - before == 2 * 2  # two rounds of min(2, 3) prompts
     job = prepare(compose_config([*overrides, "variant=cot", "limit=3", "warmup=0"]))
     before = _finished(engine.llm)
-    warm_up(job, engine.llm)
+    warm_up(job, Offline(engine.llm))
     assert _finished(engine.llm) == before
 
 

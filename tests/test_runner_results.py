@@ -22,7 +22,7 @@ SUMMARY_KEYS = {
     *("config", "config_hash", "versions", "hardware", "engine_start_s", "engine_reused"),
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
     *("spec", "counter_mismatch", "repeat", "method", "draft_sample_method", "pairing"),
-    "reference",
+    *("reference", "backend", "request_rate", "request_throughput", "goodput"),
     *("run_key", "models", "dataset_digest", "git", "command"),  # provenance
 }
 
@@ -85,6 +85,8 @@ def test_job_name_is_readable_and_names_every_job_axis():
     assert results.job_name(compose_config(["seed=3", "repeat=2", "limit=5"])).endswith(
         "-s3-t0-n5-r2"
     )
+    served = compose_config(["backend=server", "request_rate=2.5", "concurrency=8", "limit=5"])
+    assert results.job_name(served) == "base-synth_easy-k0-c8-server-rps2.5-s0-t0-n5"
 
 
 def test_config_hash_ignores_where_results_go_and_force_but_not_the_job():

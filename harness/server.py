@@ -1,0 +1,351 @@
+"""The server backend: vLLM's OpenAI-compatible server, started per engine spec or reached
+by URL, and the streaming client that sends a job's requests to it.
+
+:func:`get` keeps one live server (``python -m vllm.entrypoints.openai.api_server`` with
+the spec's engine arguments, on a free loopback port) and reuses it across the jobs of
+one spec, like ``harness.engine`` does for offline engines. The server runs in its own
+session (a terminal's Ctrl-C reaches only the harness, which stops it) under a
+``harness.reaper`` watchdog (a killed harness leaves no server). :func:`connect` wraps a
+server someone else runs. :meth:`Server.generate` streams completions over HTTP at the
+job's :class:`harness.arrivals.Load`: each request records its send time, its chunks'
+arrival gaps and the per-request speculative metrics the server returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import arrivals, metrics, reaper
+from harness.engine import ENV, EngineSpec
+from harness.files import key_digest
+from harness.records import Completion
+
+HOST = "127.0.0.1"
+POLL_S = 0.5
+STOP_S = 30.0  # a server's grace to shut down after SIGTERM
+LOG_LINES = 200  # the lines of a server's log searched for the cause of its exit
+
+
+class ServerError(RuntimeError):
+    """A server that would not start, died, or answered a request with an error."""
+
+
+def server_args(spec: EngineSpec) -> list[str]:
+    """The server's command-line arguments for ``spec``: its ``vllm.LLM`` keyword
+    arguments as flags (``--max-model-len 1024``, ``--enforce-eager``,
+    ``--speculative-config '{...}'``)."""
+    kwargs = spec.llm_kwargs()
+    del kwargs["disable_log_stats"]  # off by default in the server, and a flag without --no-
+    args = []
+    for key, value in kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, dict):
+            args += [flag, json.dumps(value)]
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _cause(log: Path) -> str:
+    """The last error line of a server's log (else its last line)."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()[-LOG_LINES:]]
+    except OSError:
+        return "no log"
+    lines = [ln for ln in lines if ln]
+    errors = [ln for ln in lines if re.search(r"Error|Exception|error:", ln)]
+    return (errors or lines or ["empty log"])[-1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class Server:
+    """A live server: the spec it runs (None when reached by URL), its base URL and the
+    model name it serves; for a started server its process, watchdog and log."""
+
+    spec: EngineSpec | None
+    url: str
+    model: str
+    start_s: float = 0.0
+    process: subprocess.Popen | None = None
+    watchdog: subprocess.Popen | None = None
+    log: Path | None = None
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: Any,
+        load: arrivals.Load,
+        on_output: Callable[[int, Completion], None],
+    ) -> None:
+        """Stream every prompt at ``load``, calling ``on_output(index, completion)`` as
+        each request finishes (``sent_s`` from the first possible send).
+
+        Raises:
+            ServerError: a request failed, or the server died (with its log's cause).
+        """
+        import aiohttp
+
+        try:
+            asyncio.run(self._generate(prompts, params, load, on_output))
+        except* (ServerError, OSError, aiohttp.ClientError, ValueError) as group:
+            raise self._failure(group.exceptions[0]) from None
+
+    def _failure(self, exc: BaseException) -> ServerError:
+        if self.process is not None and self.process.poll() is not None:
+            return ServerError(
+                f"the vLLM server died (exit code {self.process.returncode}): "
+                f"{_cause(self.log)} (log: {self.log})"
+            )
+        return exc if isinstance(exc, ServerError) else ServerError(f"{self.url}: {exc}")
+
+    async def _generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: Any,
+        load: arrivals.Load,
+        on_output: Callable[[int, Completion], None],
+    ) -> None:
+        import aiohttp
+
+        times = arrivals.send_times(len(prompts), load)
+        slots = asyncio.Semaphore(load.concurrency)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            start = time.perf_counter()
+
+            async def send(index: int) -> None:
+                await asyncio.sleep(max(0.0, start + times[index] - time.perf_counter()))
+                async with slots:
+                    sent = time.perf_counter() - start
+                    completion = await self._stream(session, prompts[index], params)
+                on_output(index, replace(completion, sent_s=sent))
+
+            async with asyncio.TaskGroup() as group:
+                for index in range(len(prompts)):
+                    group.create_task(send(index))
+
+    async def _stream(self, session: Any, prompt: Sequence[int], params: Any) -> Completion:
+        """One streamed completion; times from its send."""
+        from vllm.benchmarks.lib.endpoint_request_func import StreamedResponseHandler
+
+        payload = {
+            "model": self.model,
+            "prompt": list(prompt),
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "seed": params.seed,
+            "ignore_eos": params.ignore_eos,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+        }
+        ids: list[int] = []
+        texts: list[str] = []
+        stamps: list[float] = []
+        finish, spec = None, None
+        tic = time.perf_counter()
+        async with session.post(f"{self.url}/v1/completions", json=payload) as response:
+            if response.status != 200:
+                body = (await response.text())[:300]
+                raise ServerError(f"{self.url} answered HTTP {response.status}: {body}")
+            handler = StreamedResponseHandler()
+            async for chunk in response.content.iter_any():
+                now = time.perf_counter()
+                for message in handler.add_chunk(chunk):
+                    data = message.removeprefix("data: ")
+                    if message.startswith(":") or data == "[DONE]":
+                        continue
+                    event = json.loads(data)
+                    if "error" in event:
+                        raise ServerError(f"{self.url}: {event['error'].get('message', event)}")
+                    for choice in event.get("choices") or []:
+                        tokens = choice.get("token_ids") or []
+                        if tokens:
+                            stamps.append(now)
+                        ids += tokens
+                        texts.append(choice.get("text") or "")
+                        finish = choice.get("finish_reason") or finish
+                    spec = (event.get("metrics") or {}).get("speculative_decoding") or spec
+        if not stamps:
+            raise ServerError(f"{self.url} streamed no tokens for a request")
+        return Completion(
+            token_ids=tuple(ids),
+            text="".join(texts),
+            finish_reason=finish,
+            ttft_s=stamps[0] - tic,
+            e2e_s=stamps[-1] - tic,
+            itl_s=tuple(float(d) for d in np.diff(stamps)),
+            histogram=tuple(spec["acceptance_histogram"]) if spec else None,
+            num_draft_tokens=spec["num_draft_tokens"] if spec else None,
+            per_step_accepted=_tuple(spec, "per_step_accepted"),
+            per_step_drafted=_tuple(spec, "per_step_drafted"),
+        )
+
+    def spec_counts(self) -> metrics.SpecCounts | None:
+        """The server's speculative-decoding counters (its Prometheus ``/metrics``, read by
+        ``vllm bench serve``'s reader); None when it reports none."""
+        return asyncio.run(self._spec_counts())
+
+    async def _spec_counts(self) -> metrics.SpecCounts | None:
+        import aiohttp
+        from vllm.benchmarks.serve import fetch_spec_decode_metrics
+
+        async with aiohttp.ClientSession() as session:
+            found = await fetch_spec_decode_metrics(self.url, session)
+        if found is None:
+            return None
+        positions = range(max(found.accepted_per_pos, default=-1) + 1)
+        return metrics.SpecCounts(
+            num_steps=found.num_drafts,
+            num_draft_tokens=found.num_draft_tokens,
+            num_accepted_tokens=found.num_accepted_tokens,
+            accepted_per_pos=tuple(found.accepted_per_pos.get(i, 0) for i in positions),
+        )
+
+
+def _tuple(spec: dict[str, Any] | None, key: str) -> tuple[int, ...] | None:
+    values = (spec or {}).get(key)
+    return None if values is None else tuple(values)
+
+
+_live: Server | None = None
+_launches = 0
+
+
+def launches() -> int:
+    """Servers started in this process so far."""
+    return _launches
+
+
+def connect(url: str) -> Server:
+    """A server someone else runs, serving its first model (``/v1/models``).
+
+    Raises:
+        ServerError: nothing healthy answers at ``url``.
+    """
+    url = url.rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
+            model = json.load(response)["data"][0]["id"]
+    except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError) as exc:
+        raise ServerError(f"server.url={url}: no vLLM server answers there ({exc})") from None
+    return Server(spec=None, url=url, model=model)
+
+
+def get(spec: EngineSpec, log_dir: Path, timeout_s: float) -> tuple[Server, bool]:
+    """The live server for ``spec`` and whether it was reused; a live server of another
+    spec is stopped first, so its memory returns."""
+    global _live
+    if _live is not None and _live.spec == spec:
+        return _live, True
+    clear()
+    _live = start(spec, log_dir / f"server-{key_digest(spec)[:12]}.log", timeout_s)
+    return _live, False
+
+
+def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
+    """Start a server for ``spec`` on a free loopback port and wait until it is healthy.
+
+    Raises:
+        ServerError: it exited while starting (the cause from its log) or stayed
+            unhealthy for ``timeout_s``.
+    """
+    global _launches
+    import atexit
+    import os
+
+    port = _free_port()
+    url = f"http://{HOST}:{port}"
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *server_args(spec)]
+    command += ["--host", HOST, "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if k not in ENV.values()} | spec.env()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    tic = time.perf_counter()
+    before = reaper.descendants()
+    watchdog = reaper.watch(reaper.tag(), before)
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env | {reaper.ENGINE_ENV: os.environ[reaper.ENGINE_ENV]},
+            start_new_session=True,  # a terminal's Ctrl-C reaches the harness, not the server
+        )
+    server = Server(spec, url, spec.target, 0.0, process, watchdog, log)
+    try:
+        while not _healthy(url):
+            if process.poll() is not None:
+                raise ServerError(
+                    f"the vLLM server exited with code {process.returncode} while starting: "
+                    f"{_cause(log)} (log: {log})"
+                )
+            if time.perf_counter() - tic > timeout_s:
+                raise ServerError(
+                    f"the vLLM server was not healthy after {timeout_s:g} s "
+                    f"(server.start_timeout_s); its log: {log}"
+                )
+            time.sleep(POLL_S)
+    except BaseException:
+        stop(server)
+        raise
+    if _launches == 0:
+        atexit.register(clear)  # a sweep's last server stops with the harness
+    _launches += 1
+    server.start_s = time.perf_counter() - tic
+    return server
+
+
+def stop(server: Server) -> None:
+    """Stop a started server and everything it started; a server reached by URL stays."""
+    if server.process is None:
+        return
+    children = reaper.descendants(server.process.pid)
+    server.process.terminate()
+    try:
+        server.process.wait(STOP_S)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+    reaper.reap(children)
+    if server.watchdog is not None:
+        reaper.stop(server.watchdog)
+
+
+def clear() -> None:
+    """Stop the live server, if any."""
+    global _live
+    server, _live = _live, None
+    if server is not None:
+        stop(server)

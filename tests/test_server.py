@@ -1,0 +1,147 @@
+"""The server backend on a real vLLM server (CPU, the tiny random pair, loopback only):
+streamed records, open-loop arrivals, a server reached by URL, and its faults (a server
+that will not start, a killed or interrupted harness)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pyarrow.parquet as pq
+import pytest
+from test_reaper import all_gone
+
+from harness import arrivals, results, server
+from harness.config import compose_config
+from harness.engine import EngineSpec
+from harness.job import run_job
+
+pytestmark = pytest.mark.slow
+
+
+def _rows(cfg) -> list[dict]:
+    path = results.sweep_dir(cfg) / results.job_name(cfg) / results.REQUESTS
+    return pq.read_table(path).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def overrides(tiny_pair, tmp_path_factory):
+    target, draft = tiny_pair
+    out = tmp_path_factory.mktemp("server_results")
+    server.clear()
+    yield [
+        f"models.targets.cot={target}",
+        f"models.drafts.cot={draft}",
+        f"results_dir={out}",
+        "variant=cot_sd",
+        "spec.k=2",
+        "limit=4",
+        "max_tokens=24",
+        "calibrate=false",
+        "pairing=sequential",
+    ]
+    server.clear()
+
+
+def test_a_server_job_streams_the_offline_engines_tokens_and_acceptance(overrides):
+    offline = compose_config(overrides)
+    run_job(offline, progress=False)
+    served = compose_config([*overrides, "backend=server", "concurrency=2", "slo.ttft_ms=1e9"])
+    summary = run_job(served, progress=False)
+    assert summary.job.backend == "server" and summary.engine_launches == server.launches() == 1
+    # the server's Prometheus counters over the job equal the sum of its requests' metrics
+    assert summary.counter_mismatch is None and summary.spec.num_steps > 0
+    assert summary.goodput == pytest.approx(summary.request_throughput)  # a bound all meet
+    by_problem = {r["problem_id"]: r for r in _rows(offline)}
+    rows = _rows(served)
+    assert len(rows) == 4
+    for row in rows:
+        twin = by_problem[row["problem_id"]]
+        assert row["output_hash"] == twin["output_hash"]  # greedy: the same tokens
+        assert row["acceptance_histogram"] == twin["acceptance_histogram"]
+        # one streamed chunk per verify step (plus the prefill's token): its gaps span the decode
+        assert len(row["itl_s"]) == row["num_spec_steps"]
+        assert sum(row["itl_s"]) == pytest.approx(row["e2e_s"] - row["ttft_s"], abs=1e-6)
+        assert row["sent_s"] >= 0
+    # the same spec reuses the server; a second job's name says its backend and rate
+    rated = compose_config([*overrides, "backend=server", "concurrency=4", "request_rate=inf"])
+    again = run_job(rated, progress=False)
+    assert again.engine_reused and server.launches() == 1
+    assert results.job_name(rated).endswith("-c4-server-rpsinf-s0-t0-n4")
+    assert {r["output_hash"] for r in _rows(rated)} == {r["output_hash"] for r in rows}
+    assert run_job(rated, progress=False) is None  # complete: skipped on a re-run
+
+
+def test_a_running_server_is_reached_by_url_without_starting_another(overrides):
+    spec_job = compose_config([*overrides, "backend=server"])
+    live, _ = server.get(
+        EngineSpec.from_config(spec_job), results.sweep_dir(spec_job) / results.SERVER_LOGS, 600
+    )
+    launches = server.launches()
+    cfg = compose_config([*overrides, "backend=server", f"server.url={live.url}/", "seed=1"])
+    summary = run_job(cfg, progress=False)
+    assert server.launches() == launches and summary.num_requests == 4
+    assert summary.counter_mismatch is None
+
+
+def test_open_loop_send_times_follow_the_rate_and_burstiness():
+    steady = arrivals.send_times(400, arrivals.Load(8, 4.0, burstiness=1.0, seed=3))
+    assert steady[-1] == pytest.approx(100.0)  # n / rate, as vllm bench serve scales them
+    assert np.all(np.diff(steady) >= 0) and steady[0] > 0
+    gaps = np.diff(steady)
+    assert np.std(gaps) / np.mean(gaps) == pytest.approx(1.0, abs=0.15)  # Poisson: CV 1
+    bursty = np.diff(arrivals.send_times(400, arrivals.Load(8, 4.0, burstiness=0.25, seed=3)))
+    assert np.std(bursty) / np.mean(bursty) > 1.6  # Gamma(0.25): CV 2
+    same = arrivals.send_times(400, arrivals.Load(8, 4.0, burstiness=1.0, seed=3))
+    assert np.array_equal(steady, same)
+    assert not arrivals.send_times(5, arrivals.Load(2, float("inf"))).any()
+    assert not arrivals.send_times(5, arrivals.Load(2)).any()
+
+
+def _harness(args: list[str]) -> subprocess.Popen:
+    command = [sys.executable, "-m", "harness", *args]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+
+
+def test_a_server_that_will_not_start_is_one_line_and_a_recorded_failure(overrides, tmp_path):
+    args = [*overrides, f"results_dir={tmp_path}", "backend=server", "engine.dtype=float7"]
+    proc = _harness(args)
+    _, err = proc.communicate(timeout=300)
+    lines = [ln for ln in err.decode().splitlines() if ln.startswith("error:")]
+    assert proc.returncode == 1 and "Traceback" not in err.decode(), err.decode()[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: the vLLM server exited with code ")
+    assert "float7" in lines[0] and f"(log: {tmp_path / 'tiny' / '.servers'}" in lines[0]
+    (failure,) = [json.loads(x) for x in (tmp_path / "tiny" / results.FAILURES).open()]
+    assert failure["job"].startswith("cot_sd-synth_easy-k2-c1-server-") and "float7" in str(failure)
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_a_killed_or_interrupted_harness_leaves_no_server(overrides, tmp_path, how):
+    args = [*overrides, f"results_dir={tmp_path}", "backend=server", "limit=40",
+            "max_tokens=200", "request_rate=1"]  # fmt: skip
+    proc = _harness(args)
+    deadline = time.monotonic() + 300
+    log = tmp_path / "tiny" / results.SERVER_LOGS
+    while not (log.is_dir() and "Application startup complete" in _text(log)):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    tree = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    assert len(tree) >= 3  # the watchdog, the server and its engine
+    os.killpg(proc.pid, how)  # SIGINT: what a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=120)
+    assert all_gone(tree, 30) == [], err.decode()[-3000:]
+    if how == signal.SIGINT:
+        assert proc.returncode == 130 and "Traceback" not in err.decode(), err.decode()[-3000:]
+        assert "interrupted: job cot_sd-synth_easy-k2-c1-server-rps1-" in err.decode()
+
+
+def _text(folder) -> str:
+    return "".join(p.read_text(errors="replace") for p in folder.glob("*.log"))
