@@ -93,10 +93,18 @@ sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override
 	$(if $(PLAN),,$(PY) -m harness.calibrate $(ARGS))
 	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) $(or $(ARGS),experiment=$(EXPERIMENT)))
 
-# A serving sweep: conf/serving/<experiment>.yaml's request rates against a vLLM server.
-serve: install $(if $(PLAN),,models) ## run a serving sweep (request rates against a vLLM server), then its report
+# A serving sweep against a vLLM server: conf/serving/<experiment>.yaml's request rates,
+# <experiment>_batch.yaml's concurrencies (calibrated for the cost model), then the K
+# schedule the report recommends, run at those concurrencies, then the report.
+SERVE_SWEEP := $(EXPERIMENT)-serving
+RESULTS_DIR := $(or $(patsubst results_dir=%,%,$(filter results_dir=%,$(ARGS))),results)
+serve: install $(if $(PLAN),,models) ## run a serving sweep (request rates and concurrencies against a vLLM server, the recommended K schedule), then its report
 	$(PY) -m harness -m serving=$(EXPERIMENT) $(ARGS)
-	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) sweep=$(EXPERIMENT)-serving $(filter results_dir=%,$(ARGS)))
+	$(PY) -m harness -m serving=$(EXPERIMENT)_batch $(ARGS)
+	$(if $(PLAN),,$(PY) -m harness.calibrate serving=$(EXPERIMENT)_batch $(ARGS))
+	$(if $(PLAN),,$(PY) -m reports.serving --results-dir $(RESULTS_DIR) --sweep $(SERVE_SWEEP) \
+	  | while read -r schedule; do $(PY) -m harness -m serving=$(EXPERIMENT)_batch $$schedule $(ARGS) || exit 1; done)
+	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)))
 
 report: install ## figures + REPORT.md from every stored run
 	$(PY) -m reports $(REPORT_ARGS)

@@ -1,4 +1,5 @@
-"""draftbench beside its peers: HF assisted generation and ``vllm bench latency`` (prints figures).
+"""draftbench beside its peers: HF assisted generation, ``vllm bench latency`` and
+``vllm bench serve`` (prints figures).
 
     python bench/peers.py                  # tiny cot pair, then SmolLM2
     python bench/peers.py --parts hf --prompts 4 --rounds 2
@@ -16,9 +17,17 @@
    (draftbench: its e2e, from arrival to the last token, / output tokens). The sides take
    turns round by round (A B, B A, ...), and the ratio is the median of the rounds' own
    ratios, so it compares two measurements minutes apart, not the machine's hours.
+3. ``vllm bench serve`` (``vllm.benchmarks.serve``, in this process) and draftbench's
+   server backend (``harness.server``) against one SmolLM2 server draftbench started:
+   random prompts of the same length, ``ignore_eos``, greedy, the same request rate and
+   maximum concurrency, the sides taking turns round by round. Prints each side's mean
+   TPOT and ITL (vLLM's definitions: ITL pools every streamed chunk's gap) and the
+   median of the rounds' ratios.
 
-The last lines are ``hf_assisted_ratio=<draftbench tokens/s / HF tokens/s>`` and
-``vllm_bench_latency_ratio=<draftbench per-token latency / vllm bench latency's>``.
+The last lines are ``hf_assisted_ratio=<draftbench tokens/s / HF tokens/s>``,
+``vllm_bench_latency_ratio=<draftbench per-token latency / vllm bench latency's>`` and
+``vllm_bench_serve_tpot_ratio`` / ``vllm_bench_serve_itl_ratio`` (draftbench / vllm bench
+serve).
 """
 
 from __future__ import annotations
@@ -59,7 +68,9 @@ NO_BATCHED_HF = "HF assisted generation runs batch size 1 only: no HF equivalent
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options (vLLM's benchmarks' ``add_cli_args`` / ``main`` shape)."""
-    parser.add_argument("--parts", default="hf,latency", help="comma list of hf, latency")
+    parser.add_argument(
+        "--parts", default="hf,latency,serve", help="comma list of hf, latency, serve"
+    )
     parser.add_argument(
         "--target", help="target dir (default: the tiny cot target; a random one if missing)"
     )
@@ -77,6 +88,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-warmup", type=int, default=2, help="untimed requests per round")
     parser.add_argument("--latency-rounds", type=int, default=4, help="bench / draftbench turns")
     parser.add_argument("--ngram-k", type=int, default=2, help="ngram K for part 2; 0 skips it")
+    parser.add_argument("--serve-rate", type=float, default=2.0, help="part 3's requests/s")
+    parser.add_argument("--serve-concurrency", type=int, default=4, help="part 3's max in flight")
+    parser.add_argument("--serve-prompts", type=int, default=16, help="part 3's requests per round")
+    parser.add_argument(
+        "--serve-rounds", type=int, default=4, help="bench serve / draftbench turns"
+    )
 
 
 # ---- 1. HF assisted generation vs draftbench's vLLM path ------------------------------
@@ -330,6 +347,91 @@ def compare_latency(args: argparse.Namespace, target: str, k: int, tmp: Path) ->
     return ratio
 
 
+# ---- 3. vllm bench serve vs draftbench's server backend ---------------------------------
+
+
+def bench_serve(
+    args: argparse.Namespace, url: str, tokenizer: str, seed: int
+) -> tuple[float, float]:
+    """Mean (TPOT, ITL) ms of one ``vllm bench serve`` run against the server at ``url``."""
+    import asyncio
+
+    from vllm.benchmarks.serve import add_cli_args as serve_args
+    from vllm.benchmarks.serve import main_async
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    serve_args(parser)
+    argv = [
+        "--base-url", url, "--tokenizer", tokenizer, "--dataset-name", "random",
+        "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
+        "--num-prompts", str(args.serve_prompts), "--request-rate", str(args.serve_rate),
+        "--max-concurrency", str(args.serve_concurrency), "--ignore-eos",
+        "--temperature", "0", "--seed", str(seed), "--disable-tqdm",
+    ]  # fmt: skip
+    result = asyncio.run(main_async(parser.parse_args(argv)))
+    assert result["completed"] == args.serve_prompts, result
+    return result["mean_tpot_ms"], result["mean_itl_ms"]
+
+
+def draftbench_serve(args: argparse.Namespace, live: Any, seed: int) -> tuple[float, float]:
+    """Mean (TPOT, ITL) ms of draftbench's server backend on random prompts like bench
+    serve's: ids below 10000, ``ignore_eos``, greedy, the same rate and concurrency."""
+    import numpy as np
+    from vllm import SamplingParams
+
+    from harness import metrics
+    from harness.arrivals import Load
+
+    params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=args.output_len)
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(10000, size=(args.serve_prompts, args.input_len)).tolist()
+    done: dict[int, Any] = {}
+    load = Load(args.serve_concurrency, args.serve_rate, 1.0, seed)
+    live.generate(prompts, params, load, done.__setitem__)
+    tpots = [metrics.tpot(c.e2e_s, c.ttft_s, len(c.token_ids)) for c in done.values()]
+    gaps = [gap for c in done.values() for gap in c.itl_s]
+    return 1000 * statistics.fmean(tpots), 1000 * statistics.fmean(gaps)
+
+
+def compare_serve(args: argparse.Namespace, target: str, tmp: Path) -> tuple[float, float]:
+    """Part 3 on SmolLM2 at K = 0; returns draftbench / vllm bench serve for TPOT and ITL."""
+    from harness import server
+
+    spec = smollm2_spec(target, 0)
+    print(
+        f"\n== vllm bench serve vs draftbench's server backend: SmolLM2 K=0, input "
+        f"{args.input_len}, output {args.output_len} tokens, {args.serve_prompts} requests at "
+        f"{args.serve_rate:g}/s, at most {args.serve_concurrency} in flight =="
+    )
+    live = server.start(spec, tmp / "server.log", 600)
+    ratios: list[tuple[float, float]] = []
+    try:
+        draftbench_serve(args, live, seed=args.serve_rounds)  # warm-up, not counted
+        for i in range(args.serve_rounds):  # A B, B A, ...: each side first in half the rounds
+            sides = ("bench", "ours") if i % 2 == 0 else ("ours", "bench")
+            got = {
+                side: bench_serve(args, live.url, spec.target, i)
+                if side == "bench"
+                else draftbench_serve(args, live, i)
+                for side in sides
+            }
+            (bt, bi), (ot, oi) = got["bench"], got["ours"]
+            ratios.append((ot / bt, oi / bi))
+            print(
+                f"round {i + 1}: vllm bench serve TPOT {bt:.2f} ms, ITL {bi:.2f} ms; draftbench "
+                f"TPOT {ot:.2f} ms, ITL {oi:.2f} ms; ratios {ot / bt:.3f} / {oi / bi:.3f}"
+            )
+    finally:
+        server.stop(live)
+    tpot = statistics.median(r[0] for r in ratios)
+    itl = statistics.median(r[1] for r in ratios)
+    print(
+        f"median of the rounds' ratios (draftbench / vllm bench serve): TPOT {tpot:.3f}, ITL {itl:.3f}"
+    )
+    return tpot, itl
+
+
 def smollm2_draft(args: argparse.Namespace, target: str) -> str | None:
     """A draft derived from SmolLM2: given, or a ``draft*`` dir beside its target."""
     if args.smollm2_draft:
@@ -343,8 +445,8 @@ def main(args: argparse.Namespace) -> None:
     from harness.config import ConfigError, compose_config
 
     parts = set(args.parts.split(","))
-    if not parts or parts - {"hf", "latency"}:
-        raise ConfigError(f"--parts={args.parts}: use hf, latency or hf,latency")
+    if not parts or parts - {"hf", "latency", "serve"}:
+        raise ConfigError(f"--parts={args.parts}: a comma list of hf, latency, serve")
     smollm2 = args.smollm2 or str(ROOT / compose_config(["experiment=smollm2"]).models.targets.base)
     check_model_dir("--smollm2", smollm2)
     finals = []
@@ -366,6 +468,10 @@ def main(args: argparse.Namespace) -> None:
                 ratio = compare_latency(args, smollm2, k, Path(tmp))
                 what = "SmolLM2 K=0" if k == 0 else f"SmolLM2 ngram K={k}"
                 finals.append(f"vllm_bench_latency_ratio={ratio:.3f} ({what})")
+        if "serve" in parts:
+            tpot, itl = compare_serve(args, smollm2, Path(tmp))
+            finals.append(f"vllm_bench_serve_tpot_ratio={tpot:.3f} (SmolLM2 K=0)")
+            finals.append(f"vllm_bench_serve_itl_ratio={itl:.3f} (SmolLM2 K=0)")
     print()
     print("\n".join(finals))
 

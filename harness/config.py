@@ -15,7 +15,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -110,6 +110,9 @@ class SpecConfig:
     prompt_lookup_max: int = 4  # ngram: longest n-gram matched against the context
     prompt_lookup_min: int = 2  # ngram: shortest
     draft_sample_method: str = "greedy"  # how the draft proposes: greedy | probabilistic
+    # K by batch size, vLLM's num_speculative_tokens_per_batch_size: [[first, last, K], ...]
+    # (inclusive batch-size ranges from 1; each K <= k, 0 = no drafts); None = k always
+    k_schedule: list[list[int]] | None = None
 
 
 @dataclass
@@ -294,6 +297,9 @@ def check_overrides(overrides: list[str]) -> None:
             if isinstance(node, DictConfig):
                 check(isinstance(value, dict), key, value, f"expected keys ({key}.<key>=<value>)")
                 continue
+            if isinstance(node, ListConfig) or OmegaConf.get_type(parent, leaf) is list:
+                check(value is None or isinstance(value, list), key, value, "expected a list")
+                continue
             if isinstance(value, str) and "${" in value:
                 continue
             try:
@@ -345,6 +351,31 @@ def check_parallelism(engine: Any, gpus: int | None = None) -> None:
     )
 
 
+def check_k_schedule(k: int, schedule: list[list[int]]) -> None:
+    """A K schedule vLLM accepts (its own validator), whose every K is at most ``k``.
+
+    Raises:
+        ConfigError: naming the schedule and what is wrong with it.
+    """
+    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+    shown = str(schedule).replace(" ", "")
+    check(k > 0, "spec.k_schedule", shown, "needs spec.k > 0 (the largest K it may choose)")
+    try:
+        parsed = validate_and_normalize_dynamic_sd_schedule(schedule)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"spec.k_schedule={shown}: {exc}") from None
+    top = max(entry[2] for entry in parsed)
+    check(top <= k, "spec.k_schedule", shown, f"chooses K={top} above spec.k={k}")
+
+
+def schedule_label(schedule: Any) -> str | None:
+    """A K schedule as ``1-4k3_5-32k0`` (batch sizes 1-4 at K = 3, 5-32 at K = 0)."""
+    if schedule is None:
+        return None
+    return "_".join(f"{first}-{last}k{k}" for first, last, k in schedule)
+
+
 def validate(cfg: Any) -> None:
     """Check ranges and cross-field rules of a composed job config.
 
@@ -372,6 +403,8 @@ def validate(cfg: Any) -> None:
         f"variant {cfg.variant.name} has no draft model and no model-free method; "
         "use spec.k=0 or a *_sd / *_ngram / *_eagle3 variant",
     )
+    if cfg.spec.k_schedule is not None:
+        check_k_schedule(cfg.spec.k, OmegaConf.to_container(cfg.spec.k_schedule))
     check(
         1 <= cfg.spec.prompt_lookup_min <= cfg.spec.prompt_lookup_max,
         "spec.prompt_lookup_min",

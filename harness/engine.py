@@ -46,6 +46,8 @@ class EngineSpec:
     method: str | None = None  # vLLM speculative method (config.SPEC_METHODS); None at k == 0
     # ngram: prompt lookup sizes; the others: draft_sample_method
     method_options: tuple[tuple[str, Any], ...] = ()
+    # K by batch size (num_speculative_tokens_per_batch_size); () = k at every batch size
+    k_schedule: tuple[tuple[int, int, int], ...] = ()
 
     @classmethod
     def from_config(cls, cfg: Any) -> EngineSpec:
@@ -63,6 +65,7 @@ class EngineSpec:
         elif k > 0:
             options = {"draft_sample_method": cfg.spec.draft_sample_method}
         settings = OmegaConf.to_container(cfg.engine, resolve=True)
+        schedule = cfg.spec.k_schedule if k > 0 else None
         return cls(
             target=resolve_model(cfg.models.targets[cfg.variant.target]),
             draft=resolve_model(draft) if draft else None,
@@ -70,6 +73,7 @@ class EngineSpec:
             settings=tuple(sorted(settings.items())),
             method=method if k > 0 else None,
             method_options=tuple(sorted(options.items())),
+            k_schedule=tuple(tuple(entry) for entry in schedule or ()),
         )
 
     @classmethod
@@ -114,6 +118,8 @@ class EngineSpec:
                 "num_speculative_tokens": self.k,
                 **dict(self.method_options),
             }
+            if self.k_schedule:
+                spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in self.k_schedule]
             if self.draft is not None:
                 spec["model"] = self.draft
             if self.draft is not None and s.get("draft_tensor_parallel_size") is not None:

@@ -160,21 +160,24 @@ def _offline(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
 
 
 def _on_server(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
-    """The job against a vLLM server: started for its spec (reused across the jobs of the
-    spec; its log beside the results) or reached at ``server.url``."""
+    """The job against vLLM servers started for its specs (its own, and its baseline's
+    when interleaved; reused across the jobs of a spec, their logs beside the results),
+    or against the server at ``server.url``."""
     engines.clear()
     if cfg.server.url:
-        live, reused = server.connect(cfg.server.url), True
+        live = [(server.connect(cfg.server.url), True)]
     else:
         logs = results.sweep_dir(cfg) / results.SERVER_LOGS
-        live, reused = server.get(job.spec, logs, cfg.server.start_timeout_s)
+        live = server.get_all(job.specs, logs, cfg.server.start_timeout_s)
+    (own, reused), baseline = live[0], (live[1][0] if len(live) > 1 else None)
     try:
-        warm_up(job, live)
-        records, wall_s, counts = run(job, live, progress)
+        for backend in (own, baseline)[: len(live)]:
+            warm_up(job, backend)
+        records, wall_s, counts = run(job, own, progress, baseline)
     except BaseException:
         server.clear()
         raise
-    return records, wall_s, counts, Started(live.start_s, reused, server.launches()), None
+    return records, wall_s, counts, Started(own.start_s, reused, server.launches()), None
 
 
 def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> RunSummary | None:

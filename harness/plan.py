@@ -1,7 +1,8 @@
 """Plan mode (``plan=true``): print what a sweep would run, start nothing.
 
 For each engine spec in launch order: the exact ``vllm.LLM`` keyword arguments
-(:meth:`harness.engine.EngineSpec.llm_kwargs`), the memory pre-flight
+(:meth:`harness.engine.EngineSpec.llm_kwargs`), or the server's command line on the
+server backend, the memory pre-flight
 (:mod:`harness.memory`), the vocab pre-flight, the pairing (an interleaved job's engine
 and its baseline on one device, or why they fall back to sequential), then its jobs
 with requests and maximum output tokens; totals last. Needs no GPU, no hub and no built models: problems are
@@ -11,6 +12,7 @@ counted when their files are local, otherwise the job's limit (or "all") is show
 from __future__ import annotations
 
 import itertools
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,8 @@ from harness.config import ConfigError
 from harness.datasets import load_problems
 from harness.engine import EngineSpec
 from harness.results import job_name
+from harness.runner import runs_alone
+from harness.server import HOST, server_args
 from harness.sweeper import Plan
 
 
@@ -53,6 +57,8 @@ def pair_lines(spec: EngineSpec, cfg: Any) -> list[str]:
 
     if cfg.pairing != "interleaved":
         return ["  pairing: sequential (the K = 0 run is the baseline)"]
+    if why := runs_alone(cfg):
+        return [f"  pairing: sequential ({why}; the K = 0 run is the baseline)"]
     plain = EngineSpec.baseline(cfg)
     what = (
         "a second instance of itself (the A/A check)"
@@ -77,9 +83,18 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
         ConfigError: the engine cannot fit its GPU, or the speculator does not match the
             target (:func:`harness.checks.check_speculator`).
     """
-    lines = ["  vllm.LLM("]
-    lines += [f"      {key}={value!r}," for key, value in spec.llm_kwargs().items()]
-    lines.append("  )")
+    served = cfgs[0].backend == "server"
+    if served and cfgs[0].server.url:
+        lines = [f"  the running server at {cfgs[0].server.url} (its own engine arguments)"]
+    elif served:
+        args = " ".join(shlex.quote(a) for a in server_args(spec))
+        lines = [
+            f"  python -m vllm.entrypoints.openai.api_server {args} --host {HOST} --port <free>"
+        ]
+    else:
+        lines = ["  vllm.LLM("]
+        lines += [f"      {key}={value!r}," for key, value in spec.llm_kwargs().items()]
+        lines.append("  )")
     lines += [f"  env {key}={value}" for key, value in spec.env().items()]
     lines += [f"  note: {m} does not exist yet (build it before the sweep)" for m in _missing(spec)]
     concurrency = max(c.concurrency for c in cfgs)
@@ -137,7 +152,8 @@ def show(planned: Plan, configs: Mapping[tuple[str, ...], Any], out: Callable = 
             lines.append(f"    {job_name(cfg)}: requests {shown}, max_tokens {cfg.max_tokens}")
     hub = f" (+ {unknown} jobs on hub datasets, not counted)" if unknown else ""
     # an interleaved target adds one engine: its plain baseline (or the A/A instance)
-    paired = {EngineSpec.from_config(c).target for c in cfgs if c.pairing == "interleaved"}
+    paired = {EngineSpec.from_config(c).target for c in cfgs
+              if c.pairing == "interleaved" and runs_alone(c) is None}  # fmt: skip
     lines.append(
         f"\ntotals: {len(cfgs)} job(s), {len(blocks) + len(paired)} engine launch(es), "
         f"{known:,} requests, "

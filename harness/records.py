@@ -37,6 +37,7 @@ class JobInfo:
     pairing: str = "sequential"  # interleaved: a baseline engine ran the same problems alongside
     backend: str = "offline"  # offline (vllm.LLM) | server (vLLM's OpenAI-compatible server)
     request_rate: float | None = None  # open-loop arrivals (requests/s); None = closed loop
+    k_schedule: str | None = None  # K by batch size (config.schedule_label); None = k always
 
     def to_row(self) -> dict[str, Any]:
         """Flat dict of the job columns."""

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.config import schedule_label
 from harness.files import atomic_dir, json_digest
 from harness.records import RequestRecord, RunSummary, request_columns
 
@@ -57,14 +58,16 @@ def request_schema() -> Any:
 
 def job_name(cfg: Any) -> str:
     """Readable, unique-per-sweep name: ``<variant>-<dataset>-k<K>-c<conc>-s<seed>-t<temp>-n<limit>``,
-    plus ``-server`` on the server backend, ``-rps<rate>`` for open-loop arrivals and
-    ``-r<repeat>`` for repeats after the first."""
+    plus ``-server`` on the server backend, ``-rps<rate>`` for open-loop arrivals,
+    ``-ks<schedule>`` for a K schedule and ``-r<repeat>`` for repeats after the first."""
     limit = "all" if cfg.limit is None else cfg.limit
-    server = "-server" if cfg.backend == "server" else ""
-    rate = "" if cfg.request_rate is None else f"-rps{cfg.request_rate:g}"
+    schedule = cfg.spec.k_schedule if cfg.spec.k > 0 else None
+    load = "-server" if cfg.backend == "server" else ""
+    load += "" if cfg.request_rate is None else f"-rps{cfg.request_rate:g}"
+    load += "" if schedule is None else f"-ks{schedule_label(schedule)}"
     repeat = f"-r{cfg.repeat}" if cfg.repeat else ""
     return (
-        f"{cfg.variant.name}-{cfg.dataset.name}-k{cfg.spec.k}-c{cfg.concurrency}{server}{rate}"
+        f"{cfg.variant.name}-{cfg.dataset.name}-k{cfg.spec.k}-c{cfg.concurrency}{load}"
         f"-s{cfg.seed}-t{cfg.temperature:g}-n{limit}{repeat}"
     )
 

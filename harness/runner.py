@@ -25,7 +25,7 @@ from harness.checks import (
     check_speculator,
     load_tokenizer,
 )
-from harness.config import ConfigError, validate
+from harness.config import ConfigError, schedule_label, validate
 from harness.datasets import load_problems
 from harness.engine import WARMUP_TOKENS, EngineSpec
 from harness.grading import grade
@@ -104,6 +104,7 @@ def job_info(cfg: Any) -> JobInfo:
         repeat=cfg.repeat,
         backend=cfg.backend,
         request_rate=None if cfg.request_rate is None else float(cfg.request_rate),
+        k_schedule=schedule_label(cfg.spec.k_schedule) if cfg.spec.k > 0 else None,
         method=cfg.variant.method if cfg.spec.k > 0 else None,
         draft_sample_method=(
             cfg.spec.draft_sample_method
@@ -113,20 +114,29 @@ def job_info(cfg: Any) -> JobInfo:
     )
 
 
+def runs_alone(cfg: Any) -> str | None:
+    """Why an interleaved job cannot have a baseline beside it, or None."""
+    if cfg.request_rate is not None:
+        return "open-loop arrivals keep their own pace"
+    if cfg.backend == "server" and cfg.server.url:
+        return "a server reached at server.url has no baseline beside it"
+    return None
+
+
 def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
     """The job's engine spec and, for ``pairing=interleaved``, its baseline's (the target
     without a speculator), both checked against the memory pre-flight. On a GPU the two
-    share it, each with half of ``gpu_memory_utilization``; a pair that cannot fit falls
-    back to the job's engine alone, with one line saying so.
+    share it, each with half of ``gpu_memory_utilization``; a pair that cannot fit, a job
+    of open-loop arrivals and one against ``server.url`` run alone, with one line saying so.
 
     Raises:
         ConfigError: the job's own engine cannot fit its GPU.
     """
 
     spec = EngineSpec.from_config(cfg)
-    if cfg.pairing == "interleaved" and cfg.backend == "server":
-        print("pairing=interleaved: the server backend runs one server per job for now; "
-              "running the job alone (pairing=sequential)")  # fmt: skip
+    alone = runs_alone(cfg)
+    if cfg.pairing == "interleaved" and alone:
+        print(f"pairing=interleaved: {alone}; running the job alone (pairing=sequential)")
     elif cfg.pairing == "interleaved":
         plain = EngineSpec.baseline(cfg)
         pair = (spec.sharing(2), plain.sharing(2))

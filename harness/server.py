@@ -239,7 +239,7 @@ def _tuple(spec: dict[str, Any] | None, key: str) -> tuple[int, ...] | None:
     return None if values is None else tuple(values)
 
 
-_live: Server | None = None
+_live: list[Server] = []
 _launches = 0
 
 
@@ -264,14 +264,34 @@ def connect(url: str) -> Server:
 
 
 def get(spec: EngineSpec, log_dir: Path, timeout_s: float) -> tuple[Server, bool]:
-    """The live server for ``spec`` and whether it was reused; a live server of another
-    spec is stopped first, so its memory returns."""
+    """:func:`get_all` of one spec."""
+    return get_all((spec,), log_dir, timeout_s)[0]
+
+
+def get_all(
+    specs: Sequence[EngineSpec], log_dir: Path, timeout_s: float
+) -> list[tuple[Server, bool]]:
+    """One live server per entry of ``specs`` (a spec listed twice gets two) and whether
+    each was reused; live servers not asked for are stopped first, so their memory
+    returns. Logs go to ``log_dir/server-<spec digest>[-<n>].log``."""
     global _live
-    if _live is not None and _live.spec == spec:
-        return _live, True
-    clear()
-    _live = start(spec, log_dir / f"server-{key_digest(spec)[:12]}.log", timeout_s)
-    return _live, False
+    free = list(_live)
+    out: list[tuple[Server, bool] | None] = []
+    for spec in specs:
+        found = next((s for s in free if s.spec == spec), None)
+        if found is not None:
+            free.remove(found)
+        out.append(None if found is None else (found, True))
+    for stale in free:
+        stop(stale)
+    _live = [s for s in _live if s not in free]
+    for i, spec in enumerate(specs):
+        if out[i] is None:
+            same = sum(s.spec == spec for s in _live)
+            name = f"server-{key_digest(spec)[:12]}{f'-{same}' if same else ''}.log"
+            _live.append(start(spec, log_dir / name, timeout_s))
+            out[i] = (_live[-1], False)
+    return [item for item in out if item is not None]
 
 
 def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
@@ -344,8 +364,8 @@ def stop(server: Server) -> None:
 
 
 def clear() -> None:
-    """Stop the live server, if any."""
+    """Stop every live server."""
     global _live
-    server, _live = _live, None
-    if server is not None:
+    servers, _live = _live, []
+    for server in servers:
         stop(server)

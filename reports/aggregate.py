@@ -40,7 +40,7 @@ from reports import bootstrap
 GROUP = (
     "sweep_id", "target", "target_role", "variant", "draft", "prompt_style", "dataset",
     "difficulty", "limit", "dataset_digest",
-    "temperature", "concurrency", "backend", "request_rate", "pairing", "k",
+    "temperature", "concurrency", "backend", "request_rate", "pairing", "k", "k_schedule",
 )  # fmt: skip
 PROBLEM_SET = ("sweep_id", "dataset", "difficulty", "limit", "dataset_digest")
 FAILED = ("abort", "error")  # vLLM finish reasons of requests that did not complete
@@ -56,7 +56,7 @@ FALLBACKS = frozenset(
     n for chains in grading.CHAINS.values() for n, _ in chains["headline"]
     if n not in {m for m, _ in chains["strict"]}
 )  # fmt: skip
-BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k", "pairing"))
+BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k", "k_schedule", "pairing"))
 RUN = ("sweep_id", "run_id")
 # What fixes a greedy output: a K > 0 run should reproduce the K = 0 run that shares these.
 SAME_OUTPUT = ("sweep_id", "target", "dataset", "prompt_style", "seed", "temperature", "max_tokens")
@@ -383,7 +383,8 @@ def _short_proposals(ok: pd.DataFrame) -> pd.DataFrame:
     step (prompt lookup can propose fewer when fewer tokens follow its match); position
     statistics count every step as K drafts, so they undercount acceptance past a short
     proposal there."""
-    short = (ok["k"] > 0) & (ok["num_draft_tokens"] < ok["k"] * ok["num_spec_steps"])
+    fixed = ok["k_schedule"] == "none"  # a K schedule drafts fewer than K at some batch sizes
+    short = fixed & (ok["k"] > 0) & (ok["num_draft_tokens"] < ok["k"] * ok["num_spec_steps"])
     frame = ok[list(GROUP)].assign(n_short_proposals=short.astype(int))
     return frame.groupby(list(GROUP), sort=True, dropna=False).sum()
 

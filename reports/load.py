@@ -44,6 +44,7 @@ NESTED = ("config", "versions", "hardware", "spec", "git", "reference")
 SEQUENTIAL = "sequential"  # the pairing of runs recorded before pairing existed
 OFFLINE = "offline"  # the backend of runs recorded before backends existed
 CLOSED_LOOP = 0.0  # the request_rate column of closed-loop runs (the harness's null)
+FIXED_K = "none"  # the k_schedule column of runs at one K for every batch size
 NO_DRAFT = "none"
 ROLE = "target_role"  # the target's key in the config (base | cot | cod); ``target`` is its model
 PROBLEM_SET = ("limit", "dataset_digest")  # added to every request and run (problem_set)
@@ -213,6 +214,7 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
     df["pairing"] = df["pairing"].fillna(SEQUENTIAL)
     df["backend"] = df["backend"].fillna(OFFLINE)
     df["request_rate"] = df["request_rate"].fillna(CLOSED_LOOP)
+    df["k_schedule"] = df["k_schedule"].fillna(FIXED_K)
     df["correct"] = df["correct"].astype(float)
     return df
 
@@ -247,6 +249,6 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
     runs = pd.DataFrame([run_row(s, job) for job, (_, s) in good])
     runs["draft"] = runs["draft"].fillna(NO_DRAFT)
     for column, value in (("pairing", SEQUENTIAL), ("backend", OFFLINE),
-                          ("request_rate", CLOSED_LOOP)):  # fmt: skip
+                          ("request_rate", CLOSED_LOOP), ("k_schedule", FIXED_K)):  # fmt: skip
         runs[column] = runs.get(column, pd.Series(index=runs.index, dtype=object)).fillna(value)
     return Results(requests, runs, skipped)

@@ -137,8 +137,10 @@ def _along(table_: pd.DataFrame) -> list[str]:
             table(rows, ALONG), ""]  # fmt: skip
 
 
-def _rate(r: pd.Series) -> str:
-    return "closed" if r["request_rate"] == 0 else f"{r['request_rate']:g}"
+def _rate(r: pd.Series, name: str = "request_rate") -> str:
+    """A request rate (req/s): ``closed`` for closed loop (0), – for none (NaN)."""
+    rate = r[name]
+    return "–" if pd.isna(rate) else "closed" if rate == 0 else f"{rate:g}"
 
 
 SERVING: list[Column] = [
@@ -161,14 +163,53 @@ CROSSOVER: list[Column] = [
     ("variant", _col("variant")),
     ("K", _col("k")),
     ("rates run", _col("rates")),
-    ("helps up to (CI > 1)", lambda r: num(r["helps_up_to"], 3)),
-    ("crossover (first < 1)", lambda r: num(r["first_below_1"], 3)),
-    ("hurts from (CI < 1)", lambda r: num(r["hurts_from"], 3)),
+    ("helps up to (CI > 1)", lambda r: _rate(r, "helps_up_to")),
+    ("crossover (first < 1)", lambda r: _rate(r, "first_below_1")),
+    ("hurts from (CI < 1)", lambda r: _rate(r, "hurts_from")),
 ]
+
+
+SCHEDULES: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("variant")),
+    ("backend", _col("backend")),
+    ("concurrencies", _col("concurrencies")),
+    ("best K predicted", _col("predicted")),
+    ("best K measured", _col("measured")),
+    ("schedule (num_speculative_tokens_per_batch_size)", lambda r: f"`{r['schedule']}`"),
+]
+SCHEDULE_CHECKS: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("variant")),
+    ("conc.", _col("concurrency")),
+    ("schedule", _col("k_schedule")),
+    ("schedule's TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
+    ("best fixed K", lambda r: num(r["best_fixed_k"], 0)),
+    ("its TPOT speedup", lambda r: ci(r, "fixed_speedup_tpot", 2)),
+]
+
+
+def _schedules(schedules: pd.DataFrame, checks: pd.DataFrame) -> list[str]:
+    """The K schedule to deploy per configuration, and each schedule's own run."""
+    if schedules.empty:
+        return []
+    out = ["## A K schedule to deploy", "",
+           "From the closed-loop runs at several concurrencies: at each, the K the cost model "
+           "predicts fastest (K = 0 where no K beats the target alone) and the best K measured; "
+           "each level's K holds from halfway (geometrically) after the level below to halfway "
+           "before the level above, in the form vLLM takes as "
+           "`speculative_config.num_speculative_tokens_per_batch_size` (`spec.k_schedule`).", "",
+           table(schedules, SCHEDULES), ""]  # fmt: skip
+    if not checks.empty:
+        out += ["Each schedule's own run beside the best fixed K measured at the same "
+                "concurrency (TPOT speedups over K = 0, 95% CIs):", "",
+                table(checks, SCHEDULE_CHECKS), ""]  # fmt: skip
+    return out
 
 
 def _serving(rows: pd.DataFrame, cross: pd.DataFrame) -> list[str]:
     """The server backend's groups by request rate, and where speculation stops paying."""
+    rows = rows[rows["request_rate"] != 0] if not rows.empty else rows
     if rows.empty:
         return []
     out = ["## Serving under load", "",
@@ -441,6 +482,7 @@ def report(
         "",
         *_along(t.table),
         *_serving(t.serving, t.crossovers),
+        *_schedules(t.schedules, t.schedule_checks),
         *_figures(shown),
         "## All configurations",
         "",

@@ -1,17 +1,24 @@
-"""Speculation under load: the server backend's groups by request rate, and the load at
-which speculation stops paying.
+"""Speculation under load: the server backend's groups by request rate, the load at which
+speculation stops paying, and a K schedule by batch size to deploy.
 
 A group's speedup at a request rate pairs it with the K = 0 group at the same rate
 (``reports.aggregate``); the crossover of a speculative configuration reads those
-speedups along its rates (closed-loop groups, rate 0, are not on that axis).
+speedups along its rates (closed-loop groups, rate 0, are not on that axis). The K
+schedule reads closed-loop groups at several concurrencies: the cost model's predicted
+speedup per K at each (``reports.fit``), the measured one beside it, and the schedule's
+own run when it has one.
+
+    python -m reports.serving --results-dir results --sweep tiny-serving   # the overrides
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from reports.load import CLOSED_LOOP
+from reports.load import CLOSED_LOOP, FIXED_K
 
 CONFIGURATION = ["sweep_id", "variant", "dataset", "k", "concurrency"]
 
@@ -53,3 +60,107 @@ def crossovers(table: pd.DataFrame) -> pd.DataFrame:
             "hurts_from": lowest(g["speedup_tpot_hi"] < 1),
         })  # fmt: skip
     return pd.DataFrame(out, columns=columns)
+
+
+def _ranges(levels: list[int], best: dict[int, int]) -> list[list[int]]:
+    """vLLM's ``num_speculative_tokens_per_batch_size`` from the best K at each measured
+    batch size: each level's K holds from halfway (geometrically) after the level below
+    to halfway before the level above; neighbours of one K merge."""
+    out: list[list[int]] = []
+    for i, level in enumerate(levels):
+        first = 1 if i == 0 else out[-1][1] + 1
+        last = int(np.sqrt(level * levels[i + 1])) if i + 1 < len(levels) else level
+        if out and out[-1][2] == best[level]:
+            out[-1][1] = last
+        else:
+            out.append([first, max(first, last), best[level]])
+    return out
+
+
+def _best_k(at: pd.DataFrame, column: str) -> int:
+    """The K of the highest ``column`` among a concurrency's K > 0 rows; 0 when none
+    exceeds 1 (speculation does not pay there) or none is known."""
+    known = at.dropna(subset=[column])
+    if known.empty or known[column].max() <= 1:
+        return 0
+    return int(known.loc[known[column].idxmax(), "k"])
+
+
+SCHEDULED = ["sweep_id", "backend", "variant", "dataset"]
+
+
+def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
+    """Per speculator configuration run closed loop at fixed Ks and two or more
+    concurrencies: the K per batch size the cost model predicts fastest (K = 0 where no
+    K beats the target alone), as vLLM's ``num_speculative_tokens_per_batch_size``, the
+    best K measured at each concurrency, and the overrides that run the schedule."""
+    columns = [*SCHEDULED, "concurrencies", "predicted", "measured", "schedule", "overrides"]
+    if table.empty:
+        return pd.DataFrame(columns=columns)
+    fixed = table[(table["request_rate"] == CLOSED_LOOP) & (table["k_schedule"] == FIXED_K)]
+    out = []
+    for key, g in fixed[fixed["k"] > 0].groupby(SCHEDULED, sort=True):
+        levels = sorted(int(c) for c in g["concurrency"].unique())
+        if len(levels) < 2:
+            continue
+        by_level = {int(c): at for c, at in g.groupby("concurrency")}
+        predicted = {c: _best_k(by_level[c], "speedup_tpot_predicted") for c in levels}
+        measured = {c: _best_k(by_level[c], "speedup_tpot") for c in levels}
+        schedule = _ranges(levels, predicted)
+        top = int(g["k"].max())
+        shown = str(schedule).replace(" ", "")
+        out.append({
+            **dict(zip(SCHEDULED, key, strict=True)),
+            "concurrencies": ", ".join(map(str, levels)),
+            "predicted": ", ".join(f"{c}: K={k}" for c, k in predicted.items()),
+            "measured": ", ".join(f"{c}: K={k}" for c, k in measured.items()),
+            "schedule": shown,
+            "overrides": f"variant={key[2]} dataset={key[3]} spec.k={top} spec.k_schedule={shown}",
+        })  # fmt: skip
+    return pd.DataFrame(out, columns=columns)
+
+
+def schedule_checks(table: pd.DataFrame) -> pd.DataFrame:
+    """Each K schedule's measured run beside the best fixed K measured at the same
+    concurrency (closed loop): the schedule's TPOT speedup and the fixed K's, with CIs."""
+    columns = [*SCHEDULED, "concurrency", "k_schedule", "speedup_tpot", "speedup_tpot_lo",
+               "speedup_tpot_hi", "best_fixed_k", "fixed_speedup_tpot", "fixed_speedup_tpot_lo",
+               "fixed_speedup_tpot_hi"]  # fmt: skip
+    if table.empty:
+        return pd.DataFrame(columns=columns)
+    closed = table[(table["request_rate"] == CLOSED_LOOP) & (table["k"] > 0)]
+    runs = closed[closed["k_schedule"] != FIXED_K]
+    fixed = closed[closed["k_schedule"] == FIXED_K].dropna(subset=["speedup_tpot"])
+    out = []
+    for _, row in runs.iterrows():
+        same = fixed
+        for c in (*SCHEDULED, "concurrency"):
+            same = same[same[c] == row[c]]
+        best = same.loc[same["speedup_tpot"].idxmax()] if not same.empty else None
+        out.append({
+            **{c: row[c] for c in columns[:9]},
+            "best_fixed_k": np.nan if best is None else int(best["k"]),
+            **{f"fixed_{s}": np.nan if best is None else best[s]
+               for s in ("speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi")},
+        })  # fmt: skip
+    return pd.DataFrame(out, columns=columns).sort_values([*SCHEDULED, "concurrency"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the overrides that run each recommended K schedule, one line per schedule."""
+    import argparse
+
+    from reports import load, tables
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument("--sweep", action="append", dest="sweeps", required=True)
+    args = parser.parse_args(argv)
+    found = k_schedules(tables.build_tables(load.load(args.results_dir, args.sweeps), 200).table)
+    for line in found["overrides"]:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -26,6 +26,8 @@ class ReportTables:
     model_check: str  # fit.model_check: the cost model's hit rate, one line
     serving: pd.DataFrame  # serving.by_rate: the server backend's groups by request rate
     crossovers: pd.DataFrame  # serving.crossovers: where speculation stops paying
+    schedules: pd.DataFrame  # serving.k_schedules: the K per batch size to deploy
+    schedule_checks: pd.DataFrame  # serving.schedule_checks: each schedule's run vs fixed K
 
 
 def _with_series(df: pd.DataFrame, multi_sweep: bool) -> pd.DataFrame:
@@ -61,4 +63,6 @@ def build_tables(
         model_check=fit.model_check(table, fits) if not fits.empty else "",
         serving=_with_series(serving.by_rate(table), multi),
         crossovers=serving.crossovers(table),
+        schedules=serving.k_schedules(table),
+        schedule_checks=serving.schedule_checks(table),
     )

@@ -94,12 +94,14 @@ class Job:
     pairing: str = "sequential"  # interleaved: each record carries its baseline pair
     speed: float = 1.0  # the machine's slowness during the run: every time is scaled by it
     within: float = 1.0  # the drift sentinel's end / start within the run
+    request_rate: float | None = None  # open-loop arrivals on the server backend
 
     @property
     def name(self) -> str:
         """The job directory name."""
         v = self.variant.name
-        return f"{v}-{self.dataset}-k{self.k}-c{self.concurrency}-s{self.seed}"
+        rate = "" if self.request_rate is None else f"-server-rps{self.request_rate:g}"
+        return f"{v}-{self.dataset}-k{self.k}-c{self.concurrency}{rate}-s{self.seed}"
 
     @property
     def info(self) -> JobInfo:
@@ -110,6 +112,8 @@ class Job:
             target=v.target_model, draft=v.draft_model, k=self.k, dataset=self.dataset,
             difficulty=self.difficulty, prompt_style=v.prompt_style, temperature=0.0,
             seed=self.seed, concurrency=self.concurrency, pairing=self.pairing,
+            backend="offline" if self.request_rate is None else "server",
+            request_rate=self.request_rate,
         )  # fmt: skip
 
 

@@ -58,6 +58,21 @@ def test_default_variants_validate_at_k0(variant):
         (["temperature=-0.5"], "temperature=-0.5: must be a finite number >= 0"),
         (["variant.prompt_style=verbose"], "variant.prompt_style=verbose: must be one of"),
         (["pairing=abba"], "pairing=abba: must be one of interleaved, sequential"),
+        (["backend=grpc"], "backend=grpc: must be one of offline, server"),
+        (["request_rate=4"], "request_rate=4.0: open-loop arrivals need backend=server"),
+        (["backend=server", "request_rate=0"], r"request_rate=0.0: must be > 0"),
+        (["burstiness=0"], "burstiness=0.0: must be > 0"),
+        (["slo.tpot_ms=-1"], r"slo.tpot_ms=-1.0: must be > 0 or null"),
+        (["server.url=localhost:8000"], "server.url=localhost:8000: must start with http"),
+        (
+            ["variant=cot_sd", "spec.k=3", "spec.k_schedule=[[2,4,3]]"],
+            r"spec.k_schedule=\[\[2,4,3\]\]: The first batch-size range must start at 1",
+        ),
+        (
+            ["variant=cot_sd", "spec.k=3", "spec.k_schedule=[[1,4,5],[5,8,0]]"],
+            "chooses K=5 above spec.k=3",
+        ),
+        (["variant=cot_sd", "spec.k_schedule=[[1,4,1]]"], "needs spec.k > 0"),
     ],
 )
 def test_out_of_range_values_name_the_key(overrides, message):

@@ -185,3 +185,17 @@ def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
     assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
     engines.clear()
     assert not any(_alive(pid) for pid in started)
+
+
+def test_a_k_schedule_drafts_only_at_the_batch_sizes_it_names(overrides):
+    schedule = [*overrides, "variant=cot_sd", "spec.k=2", "spec.k_schedule=[[1,2,2],[3,32,0]]",
+                "pairing=sequential"]  # fmt: skip
+    batched = compose_config([*schedule, "concurrency=3"])  # three in flight: K = 0
+    alone = compose_config([*schedule, "concurrency=1"])  # one at a time: K = 2
+    first, second = run_job(batched, progress=False), run_job(alone, progress=False)
+    assert second.engine_reused  # one engine spec: the schedule, not the load, defines it
+    assert first.job.k_schedule == "1-2k2_3-32k0" and first.counter_mismatch is None
+    assert sum(r["num_draft_tokens"] for r in _rows(batched)) == 0
+    rows = _rows(alone)
+    assert all(r["num_draft_tokens"] == 2 * r["num_spec_steps"] > 0 for r in rows)
+    assert _hashes(batched) == _hashes(alone)  # greedy either way: the same tokens

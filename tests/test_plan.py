@@ -178,3 +178,21 @@ def test_plan_of_an_eagle3_head_shows_its_arguments_memory_and_check_before_any_
     assert run.returncode == 2 and run.stdout == ""
     (line,) = run.stderr.strip().splitlines()
     assert "reads hidden states of size 4096" in line and "hidden_size 5120" in line
+
+
+def test_plan_of_a_serving_sweep_shows_each_servers_command_and_its_rates(tmp_path):
+    run = harness(tmp_path, "-m", "serving=tiny", "plan=true")
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = run.stdout
+    # two servers (the plain CoT target, and it with its draft at K = 3), five rates each
+    assert "plan: 10 job(s) on 2 engine(s)" in out and "2 engine launch(es)" in out
+    commands = [ln for ln in out.splitlines() if "vllm.entrypoints.openai.api_server" in ln]
+    assert len(commands) == 2 and "vllm.LLM(" not in out
+    argv = shlex.split(commands[1].strip())
+    spec = argv[argv.index("--speculative-config") + 1]
+    assert '"method": "draft_model"' in spec and '"num_speculative_tokens": 3' in spec
+    assert argv[argv.index("--max-model-len") + 1] == "1024" and "--enforce-eager" in argv
+    assert "--per-request-spec-decode-metrics" in argv
+    for rate in ("2", "4", "8", "16", "inf"):
+        assert f"cot_sd-synth_easy-k3-c32-server-rps{rate}-s0-t0-n60" in out
+    assert out.count("pairing: sequential") == 2

@@ -448,3 +448,41 @@ def test_strict_and_flexible_accuracy_beside_the_headline(tmp_path):
     assert t.loc["cot", "accuracy"] == 0.75
     assert t.loc["cot", "accuracy_strict"] == 0.25 and t.loc["cot", "accuracy_flexible"] == 0.75
     assert np.isnan(t.loc["cod", "accuracy_strict"]) and np.isnan(t.loc["cod", "accuracy_flexible"])
+
+
+def test_serving_rows_pair_each_rate_with_its_own_baseline_and_find_the_crossover(tmp_path):
+    # the speculative side slows down as the load rises (speed), its baseline does not
+    slowdown = {1.0: 1.0, 2.0: 1.0, 4.0: 3.0, 8.0: 3.0}
+    for rate, speed in slowdown.items():
+        for k in (0, 2):
+            job = run_fixtures.Job("serve", V["cot_sd"] if k else V["cot"], "synth_easy", "easy",
+                                   k, concurrency=8, n_problems=40, request_rate=rate,
+                                   speed=speed if k else 1.0)  # fmt: skip
+            recs = run_fixtures.records(job)
+            itl = [(r.tpot_s,) * (r.output_tokens - 1) for r in recs]  # streamed gaps
+            run_fixtures.write_job(tmp_path, job, run_fixtures.with_columns(recs, itl_s=itl))
+    r = load.load(tmp_path)
+    t = tables.build_tables(r, n_boot=200)
+    rows = t.serving.set_index(["k", "request_rate"])
+    assert list(t.serving["backend"].unique()) == ["server"] and len(rows) == 8
+    for rate in slowdown:  # each rate's baseline is the K = 0 run at that rate
+        assert rows.loc[(0, rate), "speedup_tpot"] == pytest.approx(1.0)
+        mine, base = (r.requests[(r.requests["k"] == k) & (r.requests["request_rate"] == rate)]
+                      for k in (2, 0))  # fmt: skip
+        expected = base["tpot_s"].mean() / mine["tpot_s"].mean()
+        assert rows.loc[(2, rate), "speedup_tpot"] == pytest.approx(expected)
+    assert rows.loc[(2, 1.0), "speedup_tpot_lo"] > 1 > rows.loc[(2, 8.0), "speedup_tpot_hi"]
+    (cross,) = t.crossovers.to_dict("records")
+    assert cross["rates"] == "1, 2, 4, 8"
+    assert (cross["helps_up_to"], cross["first_below_1"], cross["hurts_from"]) == (2.0, 4.0, 4.0)
+    # ITL percentiles come from the streamed gaps: here each request's gaps equal its TPOT
+    gaps = np.concatenate([np.asarray(x) for x in r.requests.loc[
+        (r.requests["k"] == 2) & (r.requests["request_rate"] == 8.0), "itl_s"]])  # fmt: skip
+    assert rows.loc[(2, 8.0), "itl_p99_s"] == pytest.approx(np.percentile(gaps, 99))
+    assert r.runs["backend"].eq("server").all()
+
+
+def test_runs_recorded_before_backends_existed_read_as_offline_closed_loop(hand):
+    r, t = hand
+    assert set(r.requests["backend"]) == {"offline"} and set(r.requests["request_rate"]) == {0.0}
+    assert set(t["backend"]) == {"offline"} and set(t["request_rate"]) == {0.0}

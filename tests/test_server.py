@@ -90,6 +90,22 @@ def test_a_running_server_is_reached_by_url_without_starting_another(overrides):
     assert summary.counter_mismatch is None
 
 
+def test_an_interleaved_server_job_pairs_each_request_with_the_plain_targets_server(overrides):
+    launches = server.launches()
+    cfg = compose_config([*overrides, "backend=server", "pairing=interleaved", "concurrency=2",
+                          "seed=2"])  # fmt: skip
+    summary = run_job(cfg, progress=False)
+    # the job's server is still live from the tests above; the plain target's starts beside it
+    assert summary.engine_reused and server.launches() == launches + 1
+    assert summary.job.pairing == "interleaved" and summary.counter_mismatch is None
+    rows = _rows(cfg)
+    assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
+    assert all(r["pair_tpot_s"] > 0 and r["pair_e2e_s"] > r["pair_ttft_s"] > 0 for r in rows)
+    rated = compose_config([*overrides, "backend=server", "pairing=interleaved",
+                            "request_rate=8", "concurrency=2"])  # fmt: skip
+    assert run_job(rated, progress=False).job.pairing == "sequential"  # open loop runs alone
+
+
 def test_open_loop_send_times_follow_the_rate_and_burstiness():
     steady = arrivals.send_times(400, arrivals.Load(8, 4.0, burstiness=1.0, seed=3))
     assert steady[-1] == pytest.approx(100.0)  # n / rate, as vllm bench serve scales them
