@@ -97,12 +97,11 @@ sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override
 # <experiment>_batch.yaml's concurrencies (calibrated for the cost model), then the K
 # schedule the report recommends, run at those concurrencies, then the report.
 SERVE_SWEEP := $(EXPERIMENT)-serving
-RESULTS_DIR := $(or $(patsubst results_dir=%,%,$(filter results_dir=%,$(ARGS))),results)
 serve: install $(if $(PLAN),,models) ## run a serving sweep (request rates and concurrencies against a vLLM server, the recommended K schedule), then its report
 	$(PY) -m harness -m serving=$(EXPERIMENT) $(ARGS)
 	$(PY) -m harness -m serving=$(EXPERIMENT)_batch $(ARGS)
 	$(if $(PLAN),,$(PY) -m harness.calibrate serving=$(EXPERIMENT)_batch $(ARGS))
-	$(if $(PLAN),,$(PY) -m reports.serving --results-dir $(RESULTS_DIR) --sweep $(SERVE_SWEEP) \
+	$(if $(PLAN),,$(PY) -m reports --k-schedules --bootstrap 200 sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)) \
 	  | while read -r schedule; do $(PY) -m harness -m serving=$(EXPERIMENT)_batch $$schedule $(ARGS) || exit 1; done)
 	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)))
 
@@ -115,7 +114,7 @@ simulate: install ## Monte Carlo of speculative decoding vs the analytical model
 bench: install ## harness overhead vs bare vLLM, and engine launches per sweep
 	$(PY) bench/overhead.py
 
-peers: install ## HF assisted generation and vllm bench latency beside draftbench (ARGS="--help")
+peers: install ## HF assisted generation, vllm bench latency and vllm bench serve beside draftbench (ARGS="--help")
 	$(PY) bench/peers.py $(ARGS)
 
 clean: ## remove results, reports and caches (keeps .venv and models)

@@ -3,6 +3,7 @@
     python -m reports                               # every sweep under results/
     python -m reports --sweep tiny --name tiny      # one sweep
     python -m reports --results-dir results --out-dir reports/out --bootstrap 2000
+    python -m reports --k-schedules sweep=tiny-serving  # the overrides of its K schedules
     python -m reports results_dir=DIR experiment=smollm2  # the sweep(s) `python -m harness -m`
                                                           # with these overrides wrote
 
@@ -51,6 +52,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
     parser.add_argument(
+        "--k-schedules",
+        action="store_true",
+        help="print the overrides that run each recommended K schedule, one line each, "
+        "and write nothing",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="exit 1 when a run was skipped (partial or corrupt) or there was none",
@@ -80,6 +87,13 @@ def main(args: argparse.Namespace) -> int:
     if not args.results_dir.is_dir():
         print(f"error: --results-dir={args.results_dir}: no such directory", file=sys.stderr)
         return 2
+    if args.k_schedules:
+        from reports import load, serving, tables
+
+        found = tables.build_tables(load.load(args.results_dir, args.sweeps), args.bootstrap)
+        for overrides in serving.k_schedules(found.table)["overrides"]:
+            print(overrides)
+        return 0
     name = args.name or ("+".join(args.sweeps) if args.sweeps else "all")
     try:
         path = make_report(

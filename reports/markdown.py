@@ -71,10 +71,26 @@ HEADLINE: list[Column] = [
     ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
     ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
 ]
+
+
+def _rate(r: pd.Series, name: str = "request_rate") -> str:
+    """A request rate (req/s): ``closed`` for closed loop (0), – for none (NaN)."""
+    rate = r[name]
+    return "–" if pd.isna(rate) else "closed" if rate == 0 else f"{rate:g}"
+
+
+def _load(r: pd.Series) -> str:
+    """How a group's requests were served: offline, or a server at a rate (closed loop
+    otherwise), with its K schedule when it had one."""
+    text = "offline" if r["backend"] == "offline" else f"server {_rate(r)}"
+    return text if r["k_schedule"] == "none" else f"{text}, K by batch {r['k_schedule']}"
+
+
 ALL_GROUPS: list[Column] = [
     ("dataset", _col("dataset")),
     ("variant", _col("series")),
     ("conc.", _col("concurrency")),
+    ("load", _load),
     ("K", _col("k")),
     ("pairing", _col("pairing")),
     ("runs (seeds)", lambda r: f"{r['n_runs']:.0f} ({r['seeds']})"),
@@ -135,12 +151,6 @@ def _along(table_: pd.DataFrame) -> list[str]:
             "each answer (ratios of sums over the group's requests, 95% CIs); prompt lookup "
             "rows are missing when steps without drafts hide where the others start.", "",
             table(rows, ALONG), ""]  # fmt: skip
-
-
-def _rate(r: pd.Series, name: str = "request_rate") -> str:
-    """A request rate (req/s): ``closed`` for closed loop (0), – for none (NaN)."""
-    rate = r[name]
-    return "–" if pd.isna(rate) else "closed" if rate == 0 else f"{rate:g}"
 
 
 SERVING: list[Column] = [
@@ -234,6 +244,7 @@ PREDICTIONS: list[Column] = [
     ("dataset", _col("dataset")),
     ("variant", _col("series")),
     ("conc.", _col("concurrency")),
+    ("load", _load),
     ("K", _col("k")),
     ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
     ("predicted", lambda r: num(r["speedup_tpot_predicted"], 2)),

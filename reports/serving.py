@@ -7,13 +7,9 @@ speedups along its rates (closed-loop groups, rate 0, are not on that axis). The
 schedule reads closed-loop groups at several concurrencies: the cost model's predicted
 speedup per K at each (``reports.fit``), the measured one beside it, and the schedule's
 own run when it has one.
-
-    python -m reports.serving --results-dir results --sweep tiny-serving   # the overrides
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -144,23 +140,3 @@ def schedule_checks(table: pd.DataFrame) -> pd.DataFrame:
                for s in ("speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi")},
         })  # fmt: skip
     return pd.DataFrame(out, columns=columns).sort_values([*SCHEDULED, "concurrency"])
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Print the overrides that run each recommended K schedule, one line per schedule."""
-    import argparse
-
-    from reports import load, tables
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--results-dir", type=Path, default=Path("results"))
-    parser.add_argument("--sweep", action="append", dest="sweeps", required=True)
-    args = parser.parse_args(argv)
-    found = k_schedules(tables.build_tables(load.load(args.results_dir, args.sweeps), 200).table)
-    for line in found["overrides"]:
-        print(line)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

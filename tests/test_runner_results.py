@@ -22,7 +22,7 @@ SUMMARY_KEYS = {
     *("config", "config_hash", "versions", "hardware", "engine_start_s", "engine_reused"),
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
     *("spec", "counter_mismatch", "repeat", "method", "draft_sample_method", "pairing"),
-    *("reference", "backend", "request_rate", "request_throughput", "goodput"),
+    *("reference", "backend", "request_rate", "k_schedule", "request_throughput", "goodput"),
     *("run_key", "models", "dataset_digest", "git", "command"),  # provenance
 }
 
