@@ -195,7 +195,10 @@ def test_a_k_schedule_drafts_only_at_the_batch_sizes_it_names(overrides):
     first, second = run_job(batched, progress=False), run_job(alone, progress=False)
     assert second.engine_reused  # one engine spec: the schedule, not the load, defines it
     assert first.job.k_schedule == "1-2k2_3-32k0" and first.counter_mismatch is None
-    assert sum(r["num_draft_tokens"] for r in _rows(batched)) == 0
     rows = _rows(alone)
     assert all(r["num_draft_tokens"] == 2 * r["num_spec_steps"] > 0 for r in rows)
+    # drafts only while fewer than three run (before all three are scheduled, or after one
+    # finished): a small share of the steps one request at a time drafts at
+    drafted = sum(r["num_draft_tokens"] for r in _rows(batched))
+    assert drafted <= sum(r["num_draft_tokens"] for r in rows) / 3
     assert _hashes(batched) == _hashes(alone)  # greedy either way: the same tokens

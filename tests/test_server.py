@@ -65,8 +65,9 @@ def test_a_server_job_streams_the_offline_engines_tokens_and_acceptance(override
         twin = by_problem[row["problem_id"]]
         assert row["output_hash"] == twin["output_hash"]  # greedy: the same tokens
         assert row["acceptance_histogram"] == twin["acceptance_histogram"]
-        # one streamed chunk per verify step (plus the prefill's token): its gaps span the decode
-        assert len(row["itl_s"]) == row["num_spec_steps"]
+        # a chunk carries a verify step's tokens, or several steps' when the server merges
+        # them under load: at most one gap per step, and the gaps span the decode
+        assert 1 <= len(row["itl_s"]) <= row["num_spec_steps"]
         assert sum(row["itl_s"]) == pytest.approx(row["e2e_s"] - row["ttft_s"], abs=1e-6)
         assert row["sent_s"] >= 0
     # the same spec reuses the server; a second job's name says its backend and rate
