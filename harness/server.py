@@ -1,9 +1,10 @@
 """The server backend: vLLM's OpenAI-compatible server, started per engine spec or reached
 by URL, and the streaming client that sends a job's requests to it.
 
-:func:`get` keeps one live server (``python -m vllm.entrypoints.openai.api_server`` with
-the spec's engine arguments, on a free loopback port) and reuses it across the jobs of
-one spec, like ``harness.engine`` does for offline engines. The server runs in its own
+:func:`get_all` keeps the live servers a job asks for (``python -m
+vllm.entrypoints.openai.api_server`` with each spec's engine arguments, on a free loopback
+port: the job's own and, when interleaved, its plain target's) and reuses them across the
+jobs of a spec, like ``harness.engine`` does for offline engines. The server runs in its own
 session (a terminal's Ctrl-C reaches only the harness, which stops it) under a
 ``harness.reaper`` watchdog (a killed harness leaves no server). :func:`connect` wraps a
 server someone else runs. :meth:`Server.generate` streams completions over HTTP at the
