@@ -135,6 +135,12 @@ class EngineSpec:
         return {env: str(s[key]) for key, env in ENV.items() if s.get(key) is not None}
 
 
+def environment(spec: EngineSpec) -> dict[str, str | None]:
+    """The variables of :data:`ENV` an engine of ``spec`` starts with: the spec's values,
+    else the shell's (None: unset), nothing of an earlier spec's."""
+    return _SHELL | spec.env()
+
+
 @dataclass(frozen=True)
 class Engine:
     """A live engine: its spec, the ``vllm.LLM``, its start time (s) and its process watchdog."""
@@ -195,7 +201,7 @@ def _start(spec: EngineSpec) -> Engine:
     global _launches
     from vllm import LLM, SamplingParams
 
-    for name, value in (_SHELL | spec.env()).items():  # nothing of an earlier spec's
+    for name, value in environment(spec).items():
         if value is None:
             os.environ.pop(name, None)
         else:

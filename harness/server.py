@@ -15,7 +15,9 @@ arrival gaps and the per-request speculative metrics the server returns.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
+import os
 import re
 import socket
 import subprocess
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from harness import arrivals, metrics, reaper
-from harness.engine import ENV, EngineSpec
+from harness.engine import ENV, EngineSpec, environment
 from harness.files import key_digest
 from harness.records import Completion
 
@@ -303,25 +305,23 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
             unhealthy for ``timeout_s``.
     """
     global _launches
-    import atexit
-    import os
-
     port = _free_port()
     url = f"http://{HOST}:{port}"
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *server_args(spec)]
     command += ["--host", HOST, "--port", str(port)]
-    env = {k: v for k, v in os.environ.items() if k not in ENV.values()} | spec.env()
     log.parent.mkdir(parents=True, exist_ok=True)
     tic = time.perf_counter()
     before = reaper.descendants()
     watchdog = reaper.watch(reaper.tag(), before)
+    env = {k: v for k, v in os.environ.items() if k not in ENV.values()}  # with the tag
+    env |= {k: v for k, v in environment(spec).items() if v is not None}
     with log.open("w") as out:
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=env | {reaper.ENGINE_ENV: os.environ[reaper.ENGINE_ENV]},
+            env=env,
             start_new_session=True,  # a terminal's Ctrl-C reaches the harness, not the server
         )
     server = Server(spec, url, spec.target, 0.0, process, watchdog, log)
