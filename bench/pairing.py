@@ -5,8 +5,9 @@
     python bench/pairing.py experiment=smollm2 variant=base dataset=gsm8k \\
         datasets_dir=path/to/datasets limit=24 max_tokens=128
 
-Starts two instances of the job's plain engine (the A/A check: the same spec twice) and
-runs the job's problems on both, one request at a time, under each alternation of
+Starts two instances of the job's plain engine (the A/A check: the same spec twice; B
+starts first, as a job's baseline does, unless ``--a-first``) and runs the job's problems
+on both, one request at a time, under each alternation of
 :data:`ORDERS` (harness.pairing's pattern and whether a short unrecorded request settles
 the engine switched to), ``--rounds`` times. Per alternation it prints
 
@@ -32,6 +33,11 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="job overrides (default: a random target)")
     parser.add_argument("--rounds", type=int, default=2, help="passes over every alternation")
+    parser.add_argument(
+        "--a-first",
+        action="store_true",
+        help="start instance A before B (default: B first, as a job's baseline starts first)",
+    )
     return parser
 
 
@@ -94,11 +100,15 @@ def main(argv: list[str]) -> int:
     job = prepare(cfg)
     from harness import pairing
 
-    live = engines.get_all((job.spec, job.spec))
-    llms = {pairing.JOB: Offline(live[0][0].llm), pairing.BASELINE: Offline(live[1][0].llm)}
+    live = [engine.llm for engine, _ in engines.get_all((job.spec, job.spec))]  # [1] started first
+    if args.a_first:
+        live.reverse()
+    llms = {pairing.JOB: Offline(live[0]), pairing.BASELINE: Offline(live[1])}
     for llm in llms.values():
         warm_up(job, llm)
+    first = "A" if args.a_first else "B"
     print(f"A/A on {job.spec.target}: {len(job.requests)} problems, max_tokens {job.max_tokens}")
+    print(f"{first} started first")
     print(f"{'pattern':<8} {'settle':<7} {'round':<6} {'A/A':>6} {'switch':>7}")
     try:
         for r in range(args.rounds):

@@ -120,7 +120,7 @@ class Server:
 
         try:
             asyncio.run(self._generate(prompts, params, load, on_output))
-        except* (ServerError, OSError, aiohttp.ClientError, ValueError) as group:
+        except* (ServerError, OSError, aiohttp.ClientError) as group:
             raise self._failure(group.exceptions[0]) from None
 
     def _failure(self, exc: BaseException) -> ServerError:
@@ -189,7 +189,12 @@ class Server:
                     data = message.removeprefix("data: ")
                     if message.startswith(":") or data == "[DONE]":
                         continue
-                    event = json.loads(data)
+                    try:
+                        event = json.loads(data)
+                    except json.JSONDecodeError:
+                        raise ServerError(
+                            f"{self.url} streamed a bad event: {data[:200]!r}"
+                        ) from None
                     if "error" in event:
                         raise ServerError(f"{self.url}: {event['error'].get('message', event)}")
                     for choice in event.get("choices") or []:

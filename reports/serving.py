@@ -119,9 +119,9 @@ def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
 def schedule_checks(table: pd.DataFrame) -> pd.DataFrame:
     """Each K schedule's measured run beside the best fixed K measured at the same
     concurrency (closed loop): the schedule's TPOT speedup and the fixed K's, with CIs."""
-    columns = [*SCHEDULED, "concurrency", "k_schedule", "speedup_tpot", "speedup_tpot_lo",
-               "speedup_tpot_hi", "best_fixed_k", "fixed_speedup_tpot", "fixed_speedup_tpot_lo",
-               "fixed_speedup_tpot_hi"]  # fmt: skip
+    speedup = ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi"]
+    own = [*SCHEDULED, "concurrency", "k_schedule", *speedup]
+    columns = [*own, "best_fixed_k", *(f"fixed_{s}" for s in speedup)]
     if table.empty:
         return pd.DataFrame(columns=columns)
     closed = table[(table["request_rate"] == CLOSED_LOOP) & (table["k"] > 0)]
@@ -134,9 +134,8 @@ def schedule_checks(table: pd.DataFrame) -> pd.DataFrame:
             same = same[same[c] == row[c]]
         best = same.loc[same["speedup_tpot"].idxmax()] if not same.empty else None
         out.append({
-            **{c: row[c] for c in columns[:9]},
+            **{c: row[c] for c in own},
             "best_fixed_k": np.nan if best is None else int(best["k"]),
-            **{f"fixed_{s}": np.nan if best is None else best[s]
-               for s in ("speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi")},
+            **{f"fixed_{s}": np.nan if best is None else best[s] for s in speedup},
         })  # fmt: skip
     return pd.DataFrame(out, columns=columns).sort_values([*SCHEDULED, "concurrency"])

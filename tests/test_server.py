@@ -161,5 +161,26 @@ def test_a_killed_or_interrupted_harness_leaves_no_server(overrides, tmp_path, h
         assert "interrupted: job cot_sd-synth_easy-k2-c1-server-rps1-" in err.decode()
 
 
+def test_a_server_that_dies_mid_job_is_one_line_and_a_recorded_failure(overrides, tmp_path):
+    args = [*overrides, f"results_dir={tmp_path}", "backend=server", "limit=40",
+            "max_tokens=200", "request_rate=1"]  # fmt: skip
+    proc = _harness(args)
+    deadline = time.monotonic() + 300
+    log = tmp_path / "tiny" / results.SERVER_LOGS
+    while not (log.is_dir() and "POST /v1/completions" in _text(log)):  # requests under way
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    (api,) = [p for p in tree if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline())]
+    api.kill()
+    _, err = proc.communicate(timeout=120)
+    lines = [ln for ln in err.decode().splitlines() if ln.startswith("error:")]
+    assert proc.returncode == 1 and "Traceback" not in err.decode(), err.decode()[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: the vLLM server died (exit code -9)")
+    (failure,) = [json.loads(x) for x in (tmp_path / "tiny" / results.FAILURES).open()]
+    assert failure["job"].startswith("cot_sd-synth_easy-k2-c1-server-rps1-")
+    assert all_gone([p.pid for p in tree], 30) == []  # its engine and the watchdog too
+
+
 def _text(folder) -> str:
     return "".join(p.read_text(errors="replace") for p in folder.glob("*.log"))
