@@ -8,7 +8,8 @@ starts ``python -m harness.reaper <parent> <token> <pid>:<start>...`` in its own
 were there before. It records the parent's new descendants every :data:`POLL_S` until
 the parent is gone, then SIGTERMs, and after :data:`GRACE_S` SIGKILLs, those still alive
 with their recorded start time (a recycled pid is never touched), their descendants, and
-every process started with the token: the engine is guarded during its start-up too.
+every process started with the token (until it renames itself, as vLLM's do, which hides
+its environment): the engine is guarded during its start-up too.
 :func:`stop` ends the watchdog on a normal shutdown.
 """
 
@@ -49,6 +50,17 @@ def descendants(pid: int | None = None) -> set[tuple[int, float]]:
         for child in psutil.Process(pid).children(recursive=True):
             with contextlib.suppress(psutil.NoSuchProcess):
                 found.add((child.pid, child.create_time()))
+    return found
+
+
+def session(sid: int) -> set[tuple[int, float]]:
+    """(pid, create time) of the live processes in session ``sid``: what a process started
+    with ``start_new_session=True`` started, also after it died."""
+    found = set()
+    for proc in psutil.process_iter(["pid", "create_time"]):
+        with contextlib.suppress(OSError):
+            if os.getsid(proc.info["pid"]) == sid:
+                found.add((proc.info["pid"], proc.info["create_time"]))
     return found
 
 

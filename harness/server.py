@@ -280,9 +280,13 @@ def get_all(
     specs: Sequence[EngineSpec], log_dir: Path, timeout_s: float
 ) -> list[tuple[Server, bool]]:
     """One live server per entry of ``specs`` (a spec listed twice gets two) and whether
-    each was reused; live servers not asked for are stopped first, so their memory
-    returns. Logs go to ``log_dir/server-<spec digest>[-<n>].log``."""
+    each was reused; live servers not asked for, and servers that died, are stopped first,
+    so their memory returns. Logs go to ``log_dir/server-<spec digest>[-<n>].log``
+    (appended to: a server started again after one died keeps the dead one's lines)."""
     global _live
+    for dead in [s for s in _live if s.process is not None and s.process.poll() is not None]:
+        stop(dead)
+        _live.remove(dead)
     free = list(_live)
     out: list[tuple[Server, bool] | None] = []
     for spec in specs:
@@ -320,7 +324,7 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
     watchdog = reaper.watch(reaper.tag(), before)
     env = {k: v for k, v in os.environ.items() if k not in ENV.values()}  # with the tag
     env |= {k: v for k, v in environment(spec).items() if v is not None}
-    with log.open("w") as out:
+    with log.open("a") as out:
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -354,10 +358,11 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
 
 
 def stop(server: Server) -> None:
-    """Stop a started server and everything it started; a server reached by URL stays."""
+    """Stop a started server and everything in its session (its engine's processes, also
+    after the server died); a server reached by URL stays."""
     if server.process is None:
         return
-    children = reaper.descendants(server.process.pid)
+    children = reaper.session(server.process.pid)
     server.process.terminate()
     try:
         server.process.wait(STOP_S)
