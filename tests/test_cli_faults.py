@@ -157,10 +157,17 @@ def test_dataset_file_with_a_utf8_bom_loads(tmp_path):
 # ---- real engine on the tiny pair ----------------------------------------------------
 
 
-def _start(args: list[str]) -> subprocess.Popen:
+def start_harness(args: list[str]) -> subprocess.Popen:
+    """``python -m harness args`` in its own session (a signal to its group reaches only it),
+    with SIGINT's default action: a shell's background job starts with SIGINT ignored,
+    which Python would keep, and Ctrl-C would never reach the harness."""
     command = [sys.executable, "-m", "harness", *args]
     return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -185,7 +192,7 @@ def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides
     # SIGINT lands in it even when its bar's first line comes at the 10 s log interval
     grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=60", "max_tokens=200",
             "calibrate=false"]  # fmt: skip
-    proc = _start(["-m", *tiny_overrides, *grid])
+    proc = start_harness(["-m", *tiny_overrides, *grid])
     _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n60:")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     _, err = proc.communicate(timeout=120)
@@ -204,7 +211,7 @@ def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides
 
 @pytest.mark.slow
 def test_ctrl_c_during_engine_start_up_stops_the_harness_and_its_engine(tiny_overrides):
-    proc = _start([*tiny_overrides, "variant=cot", "calibrate=false"])
+    proc = start_harness([*tiny_overrides, "variant=cot", "calibrate=false"])
     deadline = time.monotonic() + 120
     while not engine_core_started(proc.pid):  # vLLM's engine process is up; LLM(...) builds
         assert proc.poll() is None and time.monotonic() < deadline
@@ -221,7 +228,7 @@ def test_ctrl_c_during_engine_start_up_stops_the_harness_and_its_engine(tiny_ove
 
 @pytest.mark.slow
 def test_a_second_sweep_into_the_same_directory_is_refused(tiny_overrides, tmp_path):
-    first = _start([*tiny_overrides, "variant=cot", "limit=2", "calibrate=false"])
+    first = start_harness([*tiny_overrides, "variant=cot", "limit=2", "calibrate=false"])
     lock = tmp_path / "results" / "tiny" / results.LOCK
     deadline = time.monotonic() + 120
     while not (lock.is_file() and lock.read_text()):
@@ -247,7 +254,7 @@ def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     # in it even when the test reads the job's first line late (a loaded machine)
     grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=24", "max_tokens=200",
             "calibrate=false"]  # fmt: skip
-    proc = _start(["-m", *tiny_overrides, *grid])
+    proc = start_harness(["-m", *tiny_overrides, *grid])
     _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n24:")
     sweep = tmp_path / "results" / "tiny"
     sweep.rename(tmp_path / "moved")

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import psutil
 import pyarrow.parquet as pq
 import pytest
+from test_cli_faults import start_harness
 from test_reaper import all_gone
 
 from harness import arrivals, results, server
@@ -122,16 +121,9 @@ def test_open_loop_send_times_follow_the_rate_and_burstiness():
     assert not arrivals.send_times(5, arrivals.Load(2)).any()
 
 
-def _harness(args: list[str]) -> subprocess.Popen:
-    command = [sys.executable, "-m", "harness", *args]
-    return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
-
-
 def test_a_server_that_will_not_start_is_one_line_and_a_recorded_failure(overrides, tmp_path):
     args = [*overrides, f"results_dir={tmp_path}", "backend=server", "engine.dtype=float7"]
-    proc = _harness(args)
+    proc = start_harness(args)
     _, err = proc.communicate(timeout=300)
     lines = [ln for ln in err.decode().splitlines() if ln.startswith("error:")]
     assert proc.returncode == 1 and "Traceback" not in err.decode(), err.decode()[-3000:]
@@ -145,7 +137,7 @@ def test_a_server_that_will_not_start_is_one_line_and_a_recorded_failure(overrid
 def test_a_killed_or_interrupted_harness_leaves_no_server(overrides, tmp_path, how):
     args = [*overrides, f"results_dir={tmp_path}", "backend=server", "limit=40",
             "max_tokens=200", "request_rate=1"]  # fmt: skip
-    proc = _harness(args)
+    proc = start_harness(args)
     deadline = time.monotonic() + 300
     log = tmp_path / "tiny" / results.SERVER_LOGS
     while not (log.is_dir() and "Application startup complete" in _text(log)):
@@ -164,7 +156,7 @@ def test_a_killed_or_interrupted_harness_leaves_no_server(overrides, tmp_path, h
 def test_a_server_that_dies_mid_job_fails_that_job_and_the_next_starts_another(overrides, tmp_path):
     args = ["-m", *overrides, f"results_dir={tmp_path}", "backend=server", "limit=20",
             "max_tokens=200", "request_rate=1", "seed=0,1", "dataset=synth_easy"]  # fmt: skip
-    proc = _harness(args)
+    proc = start_harness(args)
     deadline = time.monotonic() + 300
     log = tmp_path / "tiny" / results.SERVER_LOGS
     while not (log.is_dir() and "POST /v1/completions" in _text(log)):  # requests under way
