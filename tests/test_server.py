@@ -138,11 +138,7 @@ def test_a_killed_or_interrupted_harness_leaves_no_server(overrides, tmp_path, h
     args = [*overrides, f"results_dir={tmp_path}", "backend=server", "limit=40",
             "max_tokens=200", "request_rate=1"]  # fmt: skip
     proc = start_harness(args)
-    deadline = time.monotonic() + 300
-    log = tmp_path / "tiny" / results.SERVER_LOGS
-    while not (log.is_dir() and "Application startup complete" in _text(log)):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.2)
+    _wait_for_log(proc, tmp_path / "tiny" / results.SERVER_LOGS, "Application startup complete")
     tree = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
     assert len(tree) >= 3  # the watchdog, the server and its engine
     os.killpg(proc.pid, how)  # SIGINT: what a terminal's Ctrl-C does
@@ -157,11 +153,8 @@ def test_a_server_that_dies_mid_job_fails_that_job_and_the_next_starts_another(o
     args = ["-m", *overrides, f"results_dir={tmp_path}", "backend=server", "limit=20",
             "max_tokens=200", "request_rate=1", "seed=0,1", "dataset=synth_easy"]  # fmt: skip
     proc = start_harness(args)
-    deadline = time.monotonic() + 300
     log = tmp_path / "tiny" / results.SERVER_LOGS
-    while not (log.is_dir() and "POST /v1/completions" in _text(log)):  # requests under way
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.2)
+    _wait_for_log(proc, log, "POST /v1/completions")  # requests under way
     tree = psutil.Process(proc.pid).children(recursive=True)
     (api,) = [p for p in tree if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline())]
     api.kill()
@@ -175,6 +168,14 @@ def test_a_server_that_dies_mid_job_fails_that_job_and_the_next_starts_another(o
     (done,) = (tmp_path / "tiny").glob("cot_sd-*-s1-t0-n20")
     assert results.read_summary(done)["num_requests"] == 20
     assert _text(log).count("Application startup complete") == 2
+
+
+def _wait_for_log(proc, folder, marker: str, timeout: float = 300) -> None:
+    """Wait until a server log in ``folder`` shows ``marker``, ``proc`` still running."""
+    deadline = time.monotonic() + timeout
+    while not (folder.is_dir() and marker in _text(folder)):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
 
 
 def _text(folder) -> str:
