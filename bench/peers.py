@@ -19,8 +19,10 @@
    ratios, so it compares two measurements minutes apart, not the machine's hours.
 3. ``vllm bench serve`` (``vllm.benchmarks.serve``, in this process) and draftbench's
    server backend (``harness.server``) against one SmolLM2 server draftbench started:
-   random prompts of the same length, ``ignore_eos``, greedy, the same request rate and
-   maximum concurrency, the sides taking turns round by round. Prints each side's mean
+   token-id prompts of the same length, ``ignore_eos``, greedy, the same maximum
+   concurrency and the same send times (each round's Poisson arrivals, drawn by
+   draftbench and given to vllm bench serve as a ``timed_trace``), the sides taking turns
+   round by round. Prints each side's mean
    TPOT and ITL (vLLM's definitions: ITL pools every streamed chunk's gap) and the
    median of the rounds' ratios.
 
@@ -63,6 +65,7 @@ for key, value in engine.items():
 if __name__ == "__main__":
     main(args)
 """
+TRACE_CHUNK = 16  # prompt tokens per hash id of part 3's trace
 NO_BATCHED_HF = "HF assisted generation runs batch size 1 only: no HF equivalent"
 
 
@@ -350,10 +353,30 @@ def compare_latency(args: argparse.Namespace, target: str, k: int, tmp: Path) ->
 # ---- 3. vllm bench serve vs draftbench's server backend ---------------------------------
 
 
+def serve_trace(args: argparse.Namespace, load: Any, first_hash: int, path: Path) -> Path:
+    """A ``timed_trace`` file for ``vllm bench serve``: each request at draftbench's send time
+    for ``load``, ``--input-len`` prompt tokens from its own hash ids (no prefix shared with
+    any other request of the run), ``--output-len`` output tokens."""
+    from harness.arrivals import send_times
+
+    blocks = -(-args.input_len // TRACE_CHUNK)
+    with path.open("w") as f:
+        for i, at in enumerate(send_times(args.serve_prompts, load)):
+            first = first_hash + i * blocks
+            entry = {
+                "timestamp": float(at),
+                "input_length": args.input_len,
+                "output_length": args.output_len,
+                "hash_ids": list(range(first, first + blocks)),
+            }
+            f.write(json.dumps(entry) + "\n")
+    return path
+
+
 def bench_serve(
-    args: argparse.Namespace, url: str, tokenizer: str, seed: int
+    args: argparse.Namespace, url: str, tokenizer: str, trace: Path
 ) -> tuple[float, float]:
-    """Mean (TPOT, ITL) ms of one ``vllm bench serve`` run against the server at ``url``."""
+    """Mean (TPOT, ITL) ms of one ``vllm bench serve`` run replaying ``trace`` at ``url``."""
     import asyncio
 
     from vllm.benchmarks.serve import add_cli_args as serve_args
@@ -363,31 +386,31 @@ def bench_serve(
     parser = FlexibleArgumentParser()
     serve_args(parser)
     argv = [
-        "--base-url", url, "--tokenizer", tokenizer, "--dataset-name", "random",
-        "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-        "--num-prompts", str(args.serve_prompts), "--request-rate", str(args.serve_rate),
-        "--max-concurrency", str(args.serve_concurrency), "--ignore-eos",
-        "--temperature", "0", "--seed", str(seed), "--disable-tqdm",
+        "--base-url", url, "--tokenizer", tokenizer, "--dataset-name", "timed_trace",
+        "--dataset-path", str(trace), "--timed-trace-chunk-hash-size", str(TRACE_CHUNK),
+        "--num-prompts", str(args.serve_prompts),
+        "--max-concurrency", str(args.serve_concurrency), "--temperature", "0",
+        "--disable-tqdm",
     ]  # fmt: skip
     result = asyncio.run(main_async(parser.parse_args(argv)))
     assert result["completed"] == args.serve_prompts, result
     return result["mean_tpot_ms"], result["mean_itl_ms"]
 
 
-def draftbench_serve(args: argparse.Namespace, live: Any, seed: int) -> tuple[float, float]:
-    """Mean (TPOT, ITL) ms of draftbench's server backend on random prompts like bench
-    serve's: ids below 10000, ``ignore_eos``, greedy, the same rate and concurrency."""
+def draftbench_serve(
+    args: argparse.Namespace, live: Any, load: Any, seed: int
+) -> tuple[float, float]:
+    """Mean (TPOT, ITL) ms of draftbench's server backend at ``load``: random prompt ids of
+    ``--input-len`` tokens, ``ignore_eos``, greedy."""
     import numpy as np
     from vllm import SamplingParams
 
     from harness import metrics
-    from harness.arrivals import Load
 
     params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=args.output_len)
     rng = np.random.default_rng(seed)
     prompts = rng.integers(10000, size=(args.serve_prompts, args.input_len)).tolist()
     done: dict[int, Any] = {}
-    load = Load(args.serve_concurrency, args.serve_rate, 1.0, seed)
     live.generate(prompts, params, load, done.__setitem__)
     tpots = [metrics.tpot(c.e2e_s, c.ttft_s, len(c.token_ids)) for c in done.values()]
     gaps = [gap for c in done.values() for gap in c.itl_s]
@@ -397,6 +420,7 @@ def draftbench_serve(args: argparse.Namespace, live: Any, seed: int) -> tuple[fl
 def compare_serve(args: argparse.Namespace, target: str, tmp: Path) -> tuple[float, float]:
     """Part 3 on SmolLM2 at K = 0; returns draftbench / vllm bench serve for TPOT and ITL."""
     from harness import server
+    from harness.arrivals import Load
 
     spec = smollm2_spec(target, 0)
     print(
@@ -407,13 +431,16 @@ def compare_serve(args: argparse.Namespace, target: str, tmp: Path) -> tuple[flo
     live = server.start(spec, tmp / "server.log", 600)
     ratios: list[tuple[float, float]] = []
     try:
-        draftbench_serve(args, live, seed=args.serve_rounds)  # warm-up, not counted
+        warm = Load(args.serve_concurrency, args.serve_rate, 1.0, args.serve_rounds)
+        draftbench_serve(args, live, warm, seed=args.serve_rounds)  # warm-up, not counted
         for i in range(args.serve_rounds):  # A B, B A, ...: each side first in half the rounds
+            load = Load(args.serve_concurrency, args.serve_rate, 1.0, seed=i)
+            trace = serve_trace(args, load, 1_000_000 * (i + 1), tmp / f"trace{i}.jsonl")
             sides = ("bench", "ours") if i % 2 == 0 else ("ours", "bench")
             got = {
-                side: bench_serve(args, live.url, spec.target, i)
+                side: bench_serve(args, live.url, spec.target, trace)
                 if side == "bench"
-                else draftbench_serve(args, live, i)
+                else draftbench_serve(args, live, load, i)
                 for side in sides
             }
             (bt, bi), (ot, oi) = got["bench"], got["ours"]
