@@ -71,12 +71,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cause(log: Path) -> str:
-    """The last error line of a server's log (else its last line)."""
+def _cause(log: Path, offset: int = 0) -> str:
+    """The last error line of a server's log from byte ``offset`` on (where this server's
+    own lines start; a restarted server appends to the log), else its last line."""
     try:
-        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()[-LOG_LINES:]]
+        with log.open("rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
     except OSError:
         return "no log"
+    lines = [ln.strip() for ln in text.splitlines()[-LOG_LINES:]]
     lines = [ln for ln in lines if ln]
     errors = [ln for ln in lines if re.search(r"Error|Exception|error:", ln)]
     return (errors or lines or ["empty log"])[-1]
@@ -102,6 +106,7 @@ class Server:
     process: subprocess.Popen | None = None
     watchdog: subprocess.Popen | None = None
     log: Path | None = None
+    log_start: int = 0  # the log's size when this server started
 
     def generate(
         self,
@@ -127,7 +132,7 @@ class Server:
         if self.process is not None and self.process.poll() is not None:
             return ServerError(
                 f"the vLLM server died (exit code {self.process.returncode}): "
-                f"{_cause(self.log)} (log: {self.log})"
+                f"{_cause(self.log, self.log_start)} (log: {self.log})"
             )
         return exc if isinstance(exc, ServerError) else ServerError(f"{self.url}: {exc}")
 
@@ -325,6 +330,7 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
     env = {k: v for k, v in os.environ.items() if k not in ENV.values()}  # with the tag
     env |= {k: v for k, v in environment(spec).items() if v is not None}
     with log.open("a") as out:
+        log_start = out.tell()
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -333,13 +339,13 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
             env=env,
             start_new_session=True,  # a terminal's Ctrl-C reaches the harness, not the server
         )
-    server = Server(spec, url, spec.target, 0.0, process, watchdog, log)
+    server = Server(spec, url, spec.target, 0.0, process, watchdog, log, log_start)
     try:
         while not _healthy(url):
             if process.poll() is not None:
                 raise ServerError(
                     f"the vLLM server exited with code {process.returncode} while starting: "
-                    f"{_cause(log)} (log: {log})"
+                    f"{_cause(log, log_start)} (log: {log})"
                 )
             if time.perf_counter() - tic > timeout_s:
                 raise ServerError(

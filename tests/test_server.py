@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -131,6 +133,21 @@ def test_a_server_that_will_not_start_is_one_line_and_a_recorded_failure(overrid
     assert "float7" in lines[0] and f"(log: {tmp_path / 'tiny' / '.servers'}" in lines[0]
     (failure,) = [json.loads(x) for x in (tmp_path / "tiny" / results.FAILURES).open()]
     assert failure["job"].startswith("cot_sd-synth_easy-k2-c1-server-") and "float7" in str(failure)
+
+
+def test_a_dead_server_is_reported_with_its_own_log_lines_not_an_earlier_servers(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("RuntimeError: what an earlier server of this spec died of\n")
+    with log.open("a") as out:
+        start = out.tell()
+        dead = subprocess.Popen(
+            [sys.executable, "-c", "print('shutting down'); exit(3)"], stdout=out
+        )
+    dead.wait()
+    live = server.Server(None, "http://127.0.0.1:9", "m", process=dead, log=log, log_start=start)
+    message = str(live._failure(OSError("connection refused")))
+    assert message.startswith("the vLLM server died (exit code 3): shutting down"), message
+    assert "earlier server" not in message
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
