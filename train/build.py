@@ -407,7 +407,13 @@ def run(cfg: TrainConfig) -> dict[str, str]:
         built |= {f"target_{style}": target.path, f"draft_{style}": draft.path}
         if cfg.eagle3 is not None:
             role = f"eagle3_{style}"
-            built[role] = eagle3_head(cfg, role, target, answers, exp.drafts[role]).path
+            cap = cfg.eagle3.answers or cfg.distil.max_problems
+            rows = (
+                answers
+                if cap == cfg.distil.max_problems
+                else distilled(cfg, target, style, flat(sets[style]["train"], cap))
+            )
+            built[role] = eagle3_head(cfg, role, target, rows, exp.drafts[role]).path
     return built
 
 

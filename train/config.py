@@ -104,6 +104,7 @@ class Eagle3Settings:
     ttt_steps: int = 3  # draft steps unrolled per position in training (the training-time test)
     layer_ids: list[int] | None = None  # the 3 target layers fused; null = low, middle, high
     draft_vocab_size: int | None = None  # the target's most frequent answer tokens; null = all
+    answers: int | None = None  # train problems answered per style; null = distil.max_problems
     max_steps: int = 300
     batch_size: int = 8  # answers per step
     learning_rate: float = 1.0e-3

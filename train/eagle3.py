@@ -72,12 +72,14 @@ def target_features(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from harness.console import progress
     from harness.preflight import hidden_states
     from harness.prompts import prompt_token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
     out = []
+    bar = progress(len(rows), desc="target features", unit="answer")
     for row in rows:
         prompt = prompt_token_ids(tokenizer, row["prompt"])
         answer = tokenizer(row["completion"][0]["content"], add_special_tokens=False)
@@ -86,6 +88,8 @@ def target_features(
         is_answer = torch.zeros(len(tokens), dtype=torch.bool)
         is_answer[len(prompt) :] = True
         out.append(Sequence(torch.tensor(tokens), aux, last, is_answer))
+        bar.update()
+    bar.close()
     return out
 
 
