@@ -327,6 +327,7 @@ def eagle3_head(
     from train.eagle3 import train_head
 
     config = asdict(cfg.eagle3) | {"threads": cfg.threads}
+    del config["answers"]  # which answers: in the key as their data hash
     built, current = cached(role, target, answers, config, out_dir)
     if current:
         return built
