@@ -408,12 +408,8 @@ def run(cfg: TrainConfig) -> dict[str, str]:
         built |= {f"target_{style}": target.path, f"draft_{style}": draft.path}
         if cfg.eagle3 is not None:
             role = f"eagle3_{style}"
-            cap = cfg.eagle3.answers or cfg.distil.max_problems
-            rows = (
-                answers
-                if cap == cfg.distil.max_problems
-                else distilled(cfg, target, style, flat(sets[style]["train"], cap))
-            )
+            cap = cfg.eagle3.answers or cfg.distil.max_problems  # the drafts' answers: cached
+            rows = distilled(cfg, target, style, flat(sets[style]["train"], cap))
             built[role] = eagle3_head(cfg, role, target, rows, exp.drafts[role]).path
     return built
 
