@@ -319,6 +319,12 @@ def check(ok: bool, key: str, value: Any, why: str) -> None:
         raise ConfigError(f"{key}={value}: {why}")
 
 
+def check_slo(slo: Any) -> None:
+    """Every bound of an ``slo`` mapping is > 0 or null."""
+    for name, bound in slo.items():
+        check(bound is None or bound > 0, f"slo.{name}", bound, "must be > 0 or null")
+
+
 def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
     """:func:`check` that ``value`` is one of ``choices``."""
     check(value in choices, key, value, f"must be one of {', '.join(choices)}")
@@ -426,9 +432,7 @@ def validate(cfg: Any) -> None:
         "open-loop arrivals need backend=server (the offline engine runs closed-loop concurrency)",
     )
     check(cfg.burstiness > 0, "burstiness", cfg.burstiness, "must be > 0 (1 = Poisson arrivals)")
-    for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
-        bound = cfg.slo[name]
-        check(bound is None or bound > 0, f"slo.{name}", bound, "must be > 0 or null")
+    check_slo(cfg.slo)
     url = cfg.server.url
     check(
         url is None or url.startswith(("http://", "https://")),

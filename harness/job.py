@@ -63,8 +63,6 @@ def summarize(
 ) -> RunSummary:
     """The run summary of a finished job: its own facts only (no other job is read)."""
     tokens = sum(r.output_tokens for r in records)
-    slo = {name: bound for name, bound in cfg.slo.items() if bound is not None}
-    good = sum(metrics.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo) for r in records)
     mismatch = None
     if job.info.k > 0:
         per_request = metrics.total_counts(r.spec_counts for r in records if r.spec_counts)
@@ -94,7 +92,6 @@ def summarize(
         git=provenance.git_state(),
         command=provenance.command(),
         request_throughput=len(records) / wall_s if wall_s > 0 else None,
-        goodput=good / wall_s if slo and wall_s > 0 else None,
     )
 
 

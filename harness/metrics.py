@@ -229,11 +229,22 @@ def tokens_per_s(tokens: int, seconds: float) -> float:
     return tokens / seconds if seconds > 0 else 0.0
 
 
+SLO_BOUNDS = ("ttft_ms", "tpot_ms", "e2e_ms")  # the bounds an SLO may set, in ms
+
+
 def meets_slo(
-    ttft_s: float, tpot_s: float | None, e2e_s: float, slo: dict[str, float | None]
-) -> bool:
-    """True when a request meets every bound of ``slo`` that is set (``ttft_ms``,
-    ``tpot_ms``, ``e2e_ms``), as ``vllm bench serve``'s goodput counts it (a one-token
-    output has no TPOT and meets its bound)."""
-    measured = {"ttft_ms": ttft_s, "tpot_ms": tpot_s or 0.0, "e2e_ms": e2e_s}
-    return all(bound is None or 1000 * measured[k] <= bound for k, bound in slo.items())
+    ttft_s: ArrayLike, tpot_s: ArrayLike, e2e_s: ArrayLike, slo: dict[str, ArrayLike | None]
+) -> np.ndarray:
+    """Per request, whether it meets every bound of ``slo`` (:data:`SLO_BOUNDS`, in ms; a
+    bound may be one per request; None or NaN: no bound), as ``vllm bench serve``'s goodput
+    counts it (a one-token output has no TPOT, NaN, and meets its bound)."""
+    measured = {
+        "ttft_ms": np.asarray(ttft_s, float),
+        "tpot_ms": np.nan_to_num(np.asarray(tpot_s, float), nan=0.0),
+        "e2e_ms": np.asarray(e2e_s, float),
+    }
+    ok = np.ones(len(measured["ttft_ms"]), bool)
+    for name, bound in slo.items():
+        b = np.asarray(np.nan if bound is None else bound, float)
+        ok &= np.isnan(b) | (1000 * measured[name] <= b)
+    return ok

@@ -164,10 +164,9 @@ class RunSummary:
     # the drift sentinel: seconds per unit of the fixed reference requests on ``engine``
     # (target: the plain baseline engine; job: the job's own) at the job's start and end
     reference: dict[str, Any] | None = field(default=None, kw_only=True)
-    # completed requests per second of ``wall_s``, and those meeting the job's SLO (the
-    # config's ``slo``; None when it sets no bound)
+    # completed requests per second of ``wall_s`` (the report's goodput counts those
+    # meeting an SLO, from the per-request times)
     request_throughput: float | None = field(default=None, kw_only=True)
-    goodput: float | None = field(default=None, kw_only=True)
 
     def to_row(self) -> dict[str, Any]:
         """The ``summary.json`` object; ``complete`` marks a fully written job."""

@@ -30,7 +30,8 @@ FAILURES = "failures.jsonl"
 SERVER_LOGS = ".servers"  # the logs of the servers a sweep started (hidden: not a job)
 # Keys that do not change what a job computes: left out of the config hash.
 # ``repeats``/``repeat`` only label runs: each repeat's seed is in its config.
-UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat")
+# keys that do not change a run's measurements (the report applies ``slo`` to them)
+UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat", "slo")
 
 
 def arrow_type(hint: Any) -> Any:

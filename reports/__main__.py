@@ -6,6 +6,7 @@
     python -m reports --k-schedules sweep=tiny-serving  # the overrides of its K schedules
     python -m reports results_dir=DIR experiment=smollm2  # the sweep(s) `python -m harness -m`
                                                           # with these overrides wrote
+    python -m reports --sweep tiny-serving slo.tpot_ms=20  # goodput under another SLO
 
 Writes ``<out-dir>/<name>/REPORT.md``, ``figures/*.png``, ``aggregates.csv``, ``fits.csv``.
 """
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from harness.checks import command
 from reports import bootstrap
+
+SLO_PREFIX = "slo."
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +70,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         metavar="KEY=VALUE",
         help="the overrides of a `python -m harness -m` run: report the sweep(s) it wrote "
-        "(its results_dir, sweep and experiment; other keys are ignored)",
+        "(its results_dir, sweep and experiment; other keys are ignored); slo.ttft_ms, "
+        "slo.tpot_ms and slo.e2e_ms (ms, or null) replace that bound of every run's SLO "
+        "in goodput",
     )
 
 
@@ -79,6 +84,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.bootstrap < 10:
         raise ValueError(f"--bootstrap={args.bootstrap}: use at least 10 replicates")
+    slo = _slo(args.overrides)
+    args.overrides = [o for o in args.overrides if not o.startswith(SLO_PREFIX)]
     if args.overrides:
         if args.results_dir or args.sweeps:
             raise ValueError("give --results-dir/--sweep or harness overrides, not both")
@@ -90,7 +97,9 @@ def main(args: argparse.Namespace) -> int:
     if args.k_schedules:
         from reports import load, serving, tables
 
-        found = tables.build_tables(load.load(args.results_dir, args.sweeps), args.bootstrap)
+        found = tables.build_tables(
+            load.load(args.results_dir, args.sweeps), args.bootstrap, slo=slo
+        )
         for overrides in serving.k_schedules(found.table)["overrides"]:
             print(overrides)
         return 0
@@ -98,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         path = make_report(
             args.results_dir, args.out_dir / name, args.sweeps, args.bootstrap, args.seed,
-            strict=args.strict,
+            strict=args.strict, slo=slo,
         )  # fmt: skip
     except IncompleteReport as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -107,6 +116,31 @@ def main(args: argparse.Namespace) -> int:
     first = path.read_text().split("\n\n")[1]
     print(first)
     return 0
+
+
+def _slo(overrides: list[str]) -> dict[str, float | None]:
+    """The SLO bounds among ``overrides`` (``slo.tpot_ms=20``; null: no bound).
+
+    Raises:
+        ValueError: an unknown bound, or a value that is not a positive number or null.
+    """
+    from harness.config import check_slo
+    from harness.metrics import SLO_BOUNDS
+
+    slo: dict[str, float | None] = {}
+    for override in overrides:
+        if not override.startswith(SLO_PREFIX):
+            continue
+        key, _, text = override.partition("=")
+        name = key.removeprefix(SLO_PREFIX)
+        if name not in SLO_BOUNDS:
+            raise ValueError(f"{key}: unknown bound (one of slo.{', slo.'.join(SLO_BOUNDS)})")
+        try:
+            slo[name] = None if text in ("null", "none", "None") else float(text)
+        except ValueError:
+            raise ValueError(f"{override}: must be a number of ms or null") from None
+    check_slo(slo)
+    return slo
 
 
 def _written_sweeps(overrides: list[str]) -> tuple[Path, list[str]]:

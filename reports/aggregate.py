@@ -28,6 +28,7 @@ the reason in ``speedup_note``; other versions only add a note.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -298,6 +299,40 @@ def with_lossless(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return runs.merge(pd.concat([own, fraction]), on=list(RUN), how="left")
 
 
+def with_goodput(
+    requests: pd.DataFrame, runs: pd.DataFrame, slo: Mapping[str, float | None] | None = None
+) -> pd.DataFrame:
+    """``runs`` plus ``goodput``: the run's answered requests meeting every bound of its SLO
+    (``harness.metrics.meets_slo``) per second of its wall time, and ``slo``, the bounds as
+    a label. A run's SLO is its config's, with each bound ``slo`` names in its place; NaN
+    goodput for a run whose SLO sets no bound."""
+    runs = runs.drop(columns="goodput", errors="ignore")
+    if runs.empty or requests.empty:
+        return runs.assign(goodput=np.nan, slo="none")
+    cols = [f"slo_{name}" for name in metrics.SLO_BOUNDS]
+    bounds = {c: runs.get(c, pd.Series(np.nan, index=runs.index)) for c in cols}
+    bounds |= {f"slo_{name}": np.nan if b is None else b for name, b in (slo or {}).items()}
+    runs = runs.assign(**bounds).astype({c: float for c in cols})
+    done = answered(requests)[[*RUN, "ttft_s", "tpot_s", "e2e_s"]].merge(runs[[*RUN, *cols]])
+    good = metrics.meets_slo(done["ttft_s"], done["tpot_s"], done["e2e_s"],
+                             {name: done[f"slo_{name}"] for name in metrics.SLO_BOUNDS})  # fmt: skip
+    count = pd.Series(good, index=done.index, dtype=float).groupby(
+        [done["sweep_id"], done["run_id"]]).sum().rename("good").reset_index()  # fmt: skip
+    runs = runs.merge(count, on=list(RUN), how="left")
+    has_slo = runs[cols].notna().any(axis=1) & (runs["wall_s"] > 0)
+    label = [
+        ", ".join(
+            f"{n.removesuffix('_ms')} {b:g}"
+            for n, b in zip(metrics.SLO_BOUNDS, r, strict=True)
+            if b == b
+        )
+        or "none"
+        for r in runs[cols].to_numpy()
+    ]
+    goodput = (runs["good"].fillna(0.0) / runs["wall_s"]).where(has_slo)
+    return runs.assign(goodput=goodput, slo=label).drop(columns="good")
+
+
 def pair_side(requests: pd.DataFrame) -> pd.DataFrame:
     """The baseline side of interleaved requests as requests of their own: the ``pair_*``
     timings and lengths in place of the request's, at K = 0 without spec counts."""
@@ -313,7 +348,7 @@ def _run_stats(runs: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:
     """Run-level columns per group: runs, seeds, throughput, lossless fraction."""
     runs = runs.astype({c: keys[c].dtype for c in GROUP})
     cols = {"lossless_fraction": np.nan, "output_tokens_per_s": np.nan,
-            "request_throughput": np.nan, "goodput": np.nan}  # fmt: skip
+            "request_throughput": np.nan, "goodput": np.nan, "slo": "none"}  # fmt: skip
     runs = runs.assign(**{c: runs.get(c, v) for c, v in cols.items()})
     return (
         runs.groupby(list(GROUP), sort=True, dropna=False)
@@ -323,6 +358,7 @@ def _run_stats(runs: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:
             throughput_tok_s=("output_tokens_per_s", "mean"),
             request_throughput=("request_throughput", "mean"),
             goodput=("goodput", "mean"),
+            slo=("slo", lambda s: " / ".join(sorted(set(s)))),
             lossless_fraction=("lossless_fraction", "mean"),
         )
         .reset_index()

@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness import results
+from harness import metrics, results
 
 LEFT_ON_DISK = ("output_token_ids",)  # the biggest column; nothing in the report reads it
 # The columns the report needs; the other columns of the harness's schema are optional
@@ -195,14 +195,18 @@ def _read_job(job: Path) -> tuple[pa.Table, dict[str, Any]] | Skipped:
 
 def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
     """One flat runs-table row: scalars as they are, ``versions``/``hardware``/``spec``
-    fields prefixed with their key (``spec_accepted_per_pos`` stays a list)."""
+    fields prefixed with their key (``spec_accepted_per_pos`` stays a list), and the
+    config's ``max_tokens`` and SLO bounds (``slo_ttft_ms``, ...)."""
     row: dict[str, Any] = {k: v for k, v in summary.items() if k not in NESTED}
     for key in NESTED[1:]:
         for name, value in (summary.get(key) or {}).items():
             row[f"{key}_{name}"] = value
     row[ROLE] = target_role(summary)
     row |= problem_set(summary)
-    row["max_tokens"] = (summary.get("config") or {}).get("max_tokens")
+    config = summary.get("config") or {}
+    row["max_tokens"] = config.get("max_tokens")
+    slo = config.get("slo") or {}
+    row |= {f"slo_{name}": slo.get(name) for name in metrics.SLO_BOUNDS}
     row["path"] = str(path)
     return row
 

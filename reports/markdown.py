@@ -135,6 +135,8 @@ FITS: list[Column] = [
 ALONG: list[Column] = [
     ("dataset", _col("dataset")),
     ("variant", _col("series")),
+    ("conc.", _col("concurrency")),
+    ("load", _load),
     ("K", _col("k")),
     *((f"accept. {t} third", lambda r, t=t: ci(r, f"acceptance_{t}")) for t in metrics.THIRDS),
     ("late - early", lambda r: num(r["acceptance_late"] - r["acceptance_early"])),
@@ -165,6 +167,7 @@ SERVING: list[Column] = [
     ("TPOT ms", lambda r: ci(r, "tpot_s", 1, 1000)),
     ("ITL p50 / p99 ms", lambda r: f"{num(r['itl_p50_s'], 1, 1000)} / {num(r['itl_p99_s'], 1, 1000)}"),
     ("goodput req/s", lambda r: num(r["goodput"], 2)),
+    ("SLO ms", _col("slo")),
     ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
     ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
 ]  # fmt: skip
@@ -227,7 +230,8 @@ def _serving(rows: pd.DataFrame, cross: pd.DataFrame) -> list[str]:
            "rate shown (`closed`: a new request as one finishes), at most `max in flight` "
            "at once. ITL percentiles are over the gaps between streamed chunks (a chunk "
            "carries one verify step's tokens); goodput counts the requests per second that "
-           "met every bound of the job's `slo` (– without one); each speedup pairs the row "
+           "met every bound of the SLO shown (the job's `slo`, or the report's `slo.*` "
+           "overrides; – without one); each speedup pairs the row "
            "with K = 0 at the same rate (95% CIs).", "",
            table(rows, SERVING), ""]  # fmt: skip
     if not cross.empty:
@@ -417,8 +421,8 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                 "interleaved, else the baseline's same seed), beside the 95% CI over "
                 "problems, which leaves time drift out; acceptance mean ± std.", "",
                 table(rep, [("dataset", _col("dataset")), ("variant", _col("series")),
-                            ("conc.", _col("concurrency")), ("K", _col("k")),
-                            ("pairing", _col("pairing")), ("repeats", _col("n_repeats", 0)),
+                            ("conc.", _col("concurrency")), ("load", _load),
+                            ("K", _col("k")), ("pairing", _col("pairing")), ("repeats", _col("n_repeats", 0)),
                             *[(label, lambda r, s=name: f"{num(r[f'{s}_repeat_median'], 2)} "
                                f"[{num(r[f'{s}_repeat_min'], 2)}, {num(r[f'{s}_repeat_max'], 2)}]")
                               for label, name in (("TPOT speedup", "speedup_tpot"),

@@ -7,6 +7,7 @@ Compute (:mod:`reports.tables`), draw (:mod:`reports.figures`), write
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from reports import bootstrap, figures, load, markdown, tables
@@ -19,8 +20,11 @@ def make_report(
     n_boot: int = bootstrap.N_BOOT,
     seed: int = 0,
     strict: bool = False,
+    slo: Mapping[str, float | None] | None = None,
 ) -> Path:
     """Load, aggregate, draw and write the report into ``out_dir``; return REPORT.md.
+    Goodput counts each run against its config's SLO, with the bounds ``slo`` names in
+    its place.
 
     Runs skipped as partial or corrupt are listed on stderr (and in REPORT.md); the cost
     model's check (:func:`reports.fit.model_check`) is printed.
@@ -34,7 +38,7 @@ def make_report(
     results = load.load(results_dir, sweeps)
     for skipped in results.skipped:
         print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
-    computed = tables.build_tables(results, n_boot, seed)
+    computed = tables.build_tables(results, n_boot, seed, slo)
     fig_dir = out / "figures"
     for old in fig_dir.glob("*.png") if fig_dir.is_dir() else []:
         old.unlink()

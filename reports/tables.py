@@ -3,6 +3,7 @@ markdown read. Bootstraps are seeded, so the same runs give the same tables."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pandas as pd
@@ -40,10 +41,15 @@ def _with_series(df: pd.DataFrame, multi_sweep: bool) -> pd.DataFrame:
 
 
 def build_tables(
-    results: load.Results, n_boot: int = bootstrap.N_BOOT, seed: int = 0
+    results: load.Results,
+    n_boot: int = bootstrap.N_BOOT,
+    seed: int = 0,
+    slo: Mapping[str, float | None] | None = None,
 ) -> ReportTables:
-    """Aggregate, fit and judge the loaded runs."""
-    req, runs = results.requests, aggregate.with_lossless(results.requests, results.runs)
+    """Aggregate, fit and judge the loaded runs (goodput under each run's SLO, with the
+    bounds ``slo`` names in its place)."""
+    req = results.requests
+    runs = aggregate.with_goodput(req, aggregate.with_lossless(req, results.runs), slo)
     positions = aggregate.positions(req, n_boot, seed)
     table = aggregate.aggregate(req, runs, n_boot, seed)
     table = fit.with_predictions(table, positions, runs, req)

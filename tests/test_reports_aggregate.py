@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from harness import preflight
+from harness import preflight, results
 from reports import aggregate, bootstrap, hypotheses, load, rejections, tables, theory
 from reports.report import make_report
 from tests import run_fixtures
@@ -480,6 +480,44 @@ def test_serving_rows_pair_each_rate_with_its_own_baseline_and_find_the_crossove
         (r.requests["k"] == 2) & (r.requests["request_rate"] == 8.0), "itl_s"]])  # fmt: skip
     assert rows.loc[(2, 8.0), "itl_p99_s"] == pytest.approx(np.percentile(gaps, 99))
     assert r.runs["backend"].eq("server").all()
+
+
+def _goodput(tmp_path, own_slo, slo, aborted=()):
+    """Goodput of the base (tpot 20, 20, 40, 40 ms; e2e 1-4 s; wall 10 s) and spec (tpot
+    10, 10, 20, 20 ms; e2e 0.5-2 s; wall 5 s) runs of 4 problems, each run's config SLO
+    ``own_slo``, the report's bounds ``slo``; ``aborted``: spec requests that failed."""
+    jobs = [run_fixtures.Job("g", V[v], "synth_easy", "easy", k, n_problems=4, request_rate=1.0)
+            for v, k in (("cot", 0), ("cot_sd", 2))]  # fmt: skip
+    for job, tpot, e2e in zip(jobs, ([0.02, 0.02, 0.04, 0.04], [0.01, 0.01, 0.02, 0.02]),
+                              ([1.0, 2.0, 3.0, 4.0], [0.5, 1.0, 1.5, 2.0]), strict=True):  # fmt: skip
+        finish = ["abort" if job.k and i in aborted else "stop" for i in range(4)]
+        recs = run_fixtures.with_columns(run_fixtures.records(job), ttft_s=[0.1] * 4,
+                                         tpot_s=tpot, e2e_s=e2e, finish_reason=finish)  # fmt: skip
+        summary = run_fixtures.summary(job, recs)
+        summary = dataclasses.replace(summary, config={**summary.config, "slo": own_slo})
+        results.write_job(tmp_path / job.sweep / job.name, recs, summary)
+    t = tables.build_tables(load.load(tmp_path), n_boot=50, slo=slo)
+    return t.runs.set_index("k")[["goodput", "slo"]], t.serving.set_index("k")
+
+
+@pytest.mark.parametrize(
+    ("own_slo", "slo", "aborted", "base", "spec", "label"),
+    [
+        ({}, None, (), np.nan, np.nan, "none"),  # no bound: no goodput
+        ({"tpot_ms": 30}, None, (), 2 / 10, 4 / 5, "tpot 30"),  # the run's own SLO
+        ({"tpot_ms": 30}, {"tpot_ms": None}, (), np.nan, np.nan, "none"),  # the report lifts it
+        ({"tpot_ms": 30}, {"e2e_ms": 1500}, (), 1 / 10, 3 / 5, "tpot 30, e2e 1500"),  # both
+        ({"e2e_ms": 1500}, None, (0, 2), 1 / 10, 1 / 5, "e2e 1500"),  # failed ones never count
+    ],
+)
+def test_goodput_counts_answered_requests_meeting_the_runs_slo_or_the_reports(
+    tmp_path, own_slo, slo, aborted, base, spec, label
+):
+    runs, serving = _goodput(tmp_path, own_slo, slo, aborted)
+    np.testing.assert_allclose(runs.loc[[0, 2], "goodput"], [base, spec])
+    assert list(runs["slo"]) == [label, label]
+    np.testing.assert_allclose(serving.loc[[0, 2], "goodput"], [base, spec])
+    assert list(serving["slo"]) == [label, label]
 
 
 def test_runs_recorded_before_backends_existed_read_as_offline_closed_loop(hand):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import matplotlib.image as mpimg
+import pandas as pd
 import pytest
 
 from reports import figures
@@ -218,3 +219,24 @@ def test_cli_sweep_overrides_and_sweep_options_together_are_one_error(tiny, tmp_
     assert capsys.readouterr().err.strip() == (
         "error: give --results-dir/--sweep or harness overrides, not both"
     )
+
+
+def test_cli_slo_overrides_set_the_bounds_goodput_counts(tiny, tmp_path, capsys):
+    goodput = {}
+    for bound in ("1e9", "1e-6"):  # every request meets it, none does
+        out = tmp_path / bound
+        code = _run(["--sweep", "tiny", "--results-dir", str(tiny), "--out-dir", str(out),
+                     "--bootstrap", "20", f"slo.e2e_ms={bound}"])  # fmt: skip
+        assert code == 0
+        table = pd.read_csv(out / "tiny" / "aggregates.csv")
+        assert set(table["slo"]) == {f"e2e {float(bound):g}"}
+        goodput[bound] = table.set_index("k")["goodput"]
+    runs = pd.DataFrame([json.loads(p.read_text()) for p in tiny.glob("tiny/*/summary.json")])
+    every = runs.set_index("k")["num_requests"] / runs.set_index("k")["wall_s"]
+    assert dict(goodput["1e9"]) == pytest.approx(dict(every), rel=1e-5)  # CSV: 6 digits
+    assert (goodput["1e-6"] == 0).all()
+    for bad, why in (("slo.tpot=5", "slo.tpot: unknown bound"),
+                     ("slo.tpot_ms=-5", "slo.tpot_ms=-5.0: must be > 0 or null"),
+                     ("slo.tpot_ms=fast", "slo.tpot_ms=fast: must be a number of ms or null")):  # fmt: skip
+        assert _run(["--results-dir", str(tiny), "--out-dir", str(tmp_path), bad]) == 2
+        assert capsys.readouterr().err.strip().startswith(f"error: {why}")

@@ -22,7 +22,7 @@ SUMMARY_KEYS = {
     *("config", "config_hash", "versions", "hardware", "engine_start_s", "engine_reused"),
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
     *("spec", "counter_mismatch", "repeat", "method", "draft_sample_method", "pairing"),
-    *("reference", "backend", "request_rate", "k_schedule", "request_throughput", "goodput"),
+    *("reference", "backend", "request_rate", "k_schedule", "request_throughput"),
     *("run_key", "models", "dataset_digest", "git", "command"),  # provenance
 }
 
@@ -89,9 +89,10 @@ def test_job_name_is_readable_and_names_every_job_axis():
     assert results.job_name(served) == "base-synth_easy-k0-c8-server-rps2.5-s0-t0-n5"
 
 
-def test_config_hash_ignores_where_results_go_and_force_but_not_the_job():
+def test_config_hash_ignores_where_results_go_force_and_the_slo_but_not_the_job():
     base = results.config_hash(compose_config([]))
     assert results.config_hash(compose_config(["results_dir=elsewhere", "force=true"])) == base
+    assert results.config_hash(compose_config(["slo.tpot_ms=30"])) == base  # the report's
     assert results.config_hash(compose_config(["max_tokens=7"])) != base
 
 

@@ -53,12 +53,11 @@ def overrides(tiny_pair, tmp_path_factory):
 def test_a_server_job_streams_the_offline_engines_tokens_and_acceptance(overrides):
     offline = compose_config(overrides)
     run_job(offline, progress=False)
-    served = compose_config([*overrides, "backend=server", "concurrency=2", "slo.ttft_ms=1e9"])
+    served = compose_config([*overrides, "backend=server", "concurrency=2"])
     summary = run_job(served, progress=False)
     assert summary.job.backend == "server" and summary.engine_launches == server.launches() == 1
     # the server's Prometheus counters over the job equal the sum of its requests' metrics
     assert summary.counter_mismatch is None and summary.spec.num_steps > 0
-    assert summary.goodput == pytest.approx(summary.request_throughput)  # a bound all meet
     by_problem = {r["problem_id"]: r for r in _rows(offline)}
     rows = _rows(served)
     assert len(rows) == 4
