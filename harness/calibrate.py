@@ -17,7 +17,11 @@ through the real engine. It measures
   requests then stream one output per engine step, a step that emitted two or more tokens
   prices a verify step and the steps without drafts get the rest of the decode time
   (:func:`step_costs`);
-- for a draft model: the draft's own time per token, the draft run as a target at K = 0.
+- for a draft model: the draft's own time per token, the draft run as a target at K = 0;
+- for a speculator run at two or more concurrencies (where the report recommends a K
+  schedule): its time per token with speculation off, the same engine with vLLM's
+  per-batch-size schedule at K = 0 for every batch size (:func:`speculation_off`), what
+  a schedule's K = 0 costs with the draft or head still loaded.
 
 Decode time is last token time - first token time (e2e - TTFT); times pool over the
 requests (sum of decode time / sum of steps or tokens). Results are cached as
@@ -26,11 +30,12 @@ arguments, the models' identity (:func:`harness.provenance.model_identity`, as i
 key), the calibration's own settings, the vLLM / torch / transformers versions and the
 hardware; a cached
 concurrency is not measured again, and a new file replaces the older ones of the same
-target, draft and K.
+target, draft, K and K schedule.
 
 A sweep's jobs calibrate their own engine (:func:`on_live_engine`, after the job's
 warm-up, when its spec and concurrency have no measurement yet), so this command after a
-sweep only starts the engines no job ran: each draft model as a plain target.
+sweep only starts the engines no job ran: each draft model as a plain target, and each
+speculator with speculation off.
 """
 
 from __future__ import annotations
@@ -157,9 +162,25 @@ class Entry:
     """What one calibration file is about: an engine spec under the sweep's model names."""
 
     target: str  # the job's ``target`` column (the draft's name for a draft-as-target entry)
-    draft: str | None  # the job's ``draft`` column; None at K = 0
-    k: int
+    draft: str | None  # the job's ``draft`` column; None at K = 0 (but speculation off)
+    k: int  # 0 for a plain engine or speculation off: measured per token
     spec: Any  # harness.engine.EngineSpec
+
+    @property
+    def k_schedule(self) -> str | None:
+        """The spec's K schedule as its label (``1-32k0``), None at one K."""
+        from harness.config import schedule_label
+
+        return schedule_label(self.spec.k_schedule) if self.spec.k_schedule else None
+
+
+def speculation_off(entry: Entry) -> Entry:
+    """A speculator's engine with speculation off: vLLM's per-batch-size schedule at K = 0
+    for every batch size, the draft or head loaded; measured per token (K = 0)."""
+    batch = dict(entry.spec.settings)["max_num_seqs"]
+    return Entry(
+        entry.target, entry.draft, 0, replace(entry.spec, k=1, k_schedule=((1, batch, 0),))
+    )
 
 
 def identity(entry: Entry) -> dict[str, Any]:
@@ -200,17 +221,21 @@ def job_entry(cfg: Any, spec: Any = None) -> Entry:
 
 def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     """Engine specs of the planned jobs (plus each draft model as a plain target: a head
-    cannot run alone), each with the concurrencies its jobs run at."""
+    cannot run alone; and each speculator at one K planned at two or more concurrencies
+    with speculation off), each with the concurrencies its jobs run at."""
     from harness.engine import EngineSpec
 
     wanted: dict[Entry, set[int]] = {}
+    off: dict[Entry, set[int]] = {}
     for cfg in cfgs:
         job = job_entry(cfg)
         wanted.setdefault(job, set()).add(cfg.concurrency)
         if job.spec.method == "draft_model":
             plain = EngineSpec.plain(job.spec.draft, dict(job.spec.settings))
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
-    return wanted
+        if job.k > 0 and not job.spec.k_schedule:
+            off.setdefault(speculation_off(job), set()).add(cfg.concurrency)
+    return wanted | {entry: levels for entry, levels in off.items() if len(levels) > 1}
 
 
 def prompts(tokenizer: Any, n: int) -> list[list[int]]:
@@ -334,12 +359,14 @@ def calibrate(
         measured = replace(measure(llm, tokenizer, entry.k, concurrency),
                            baseline_per_unit_s=plain)  # fmt: skip
         done[concurrency] = asdict(measured)
-        print(f"calibration {entry.target} draft={entry.draft} K={entry.k} "
+        schedule = f" k_schedule={entry.k_schedule}" if entry.k_schedule else ""
+        print(f"calibration {entry.target} draft={entry.draft} K={entry.k}{schedule} "
               f"concurrency={concurrency}: {describe(measured, entry.k)}")  # fmt: skip
     record = {
         "target": entry.target,
         "draft": entry.draft,
         "k": entry.k,
+        "k_schedule": entry.k_schedule,
         "identity": identity(entry),
         "measurements": {str(c): done[c] for c in sorted(done)},
     }
@@ -347,13 +374,16 @@ def calibrate(
 
 
 def replace_stale(path: Path, record: dict[str, Any]) -> Path:
-    """Delete the other calibration files of ``record``'s target, draft and K, ``path``
-    its own (measured before the models were rebuilt or the engine changed): a report
-    reads every file."""
-    about = (record["target"], record["draft"], record["k"])
+    """Delete the other calibration files of ``record``'s target, draft, K and K schedule,
+    ``path`` its own (measured before the models were rebuilt or the engine changed): a
+    report reads every file."""
+
+    def about(r: dict[str, Any]) -> tuple:
+        return r["target"], r["draft"], r["k"], r.get("k_schedule")
+
     for other in path.parent.glob("*.json"):
         old = read(other) if other != path else None
-        if old is not None and (old["target"], old["draft"], old["k"]) == about:
+        if old is not None and about(old) == about(record):
             other.unlink()
     return path
 
@@ -375,8 +405,8 @@ def save(path: Path, record: dict[str, Any]) -> Path:
 
 def table(sweep_dir: Path) -> list[dict[str, Any]]:
     """One row per cached (engine spec, concurrency) of a sweep: target, draft, k,
-    concurrency, per_unit_s (seconds per token at K = 0, per verify step with drafts at
-    K > 0), undrafted_step_s (per engine step without drafts; None when none ran),
+    k_schedule (None at one K), concurrency, per_unit_s (seconds per token at K = 0 and
+    with speculation off, per verify step with drafts at K > 0), undrafted_step_s (per engine step without drafts; None when none ran),
     baseline_per_unit_s (the plain target's seconds per token in the same window; None
     unless measured beside an interleaved job's baseline)."""
     rows = []
@@ -384,7 +414,8 @@ def table(sweep_dir: Path) -> list[dict[str, Any]]:
         record = read(path)
         for c, m in (record or {}).get("measurements", {}).items():
             rows.append({"target": record["target"], "draft": record["draft"],
-                         "k": record["k"], "concurrency": int(c),
+                         "k": record["k"], "k_schedule": record.get("k_schedule"),
+                         "concurrency": int(c),
                          "per_unit_s": m["per_unit_s"],
                          "undrafted_step_s": m.get("undrafted_step_s"),
                          "baseline_per_unit_s": m.get("baseline_per_unit_s")})  # fmt: skip

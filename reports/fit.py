@@ -24,6 +24,9 @@ Per K > 0 group (:func:`with_predictions`, columns added to the aggregates):
   K = 0 baseline's outputs (``harness.preflight``) pooled over its runs;
   ``speedup_tpot_preflight`` takes E from the replayed steps of each request (exact
   step counts, no length correction needed). Columns are NaN without the files.
+- ``speedup_off_predicted``: the target's calibrated time per token over that of the
+  group's speculator engine with speculation off (``harness.calibrate.speculation_off``): what a
+  K schedule's K = 0 gives at this concurrency with the draft or head still loaded.
 
 Per draft configuration (:func:`fit`, a group of :data:`reports.aggregate.GROUP` without
 K): a pooled over its K (per-position MLE with a bootstrap CI, and from vLLM's counters),
@@ -51,18 +54,20 @@ COLUMNS = (
 PREDICTED = (
     "t_target_s", "t_step_s", "c", "speedup_tpot_predicted", "speedup_tpot_predicted_simple",
     "acceptance_preflight", "mean_acceptance_length_preflight", "speedup_tpot_preflight",
+    "speedup_off_predicted",
 )  # fmt: skip
 WITHIN = 0.10  # the model check: |measured / predicted - 1| <= WITHIN
 
 
 def calibration(runs: pd.DataFrame) -> pd.DataFrame:
-    """The calibration files of the runs' sweeps: sweep_id, target, draft, k, concurrency,
-    per_unit_s (s per token at K = 0, per verify step at K > 0), undrafted_step_s,
-    baseline_per_unit_s (``harness.calibrate.table``)."""
+    """The calibration files of the runs' sweeps: sweep_id, target, draft, k, k_schedule,
+    concurrency, per_unit_s (s per token at K = 0, per verify step at K > 0),
+    undrafted_step_s, baseline_per_unit_s (``harness.calibrate.table``). A K = 0 row with a
+    draft is its speculator with speculation off."""
     from harness import calibrate
 
-    cols = ["sweep_id", "target", "draft", "k", "concurrency", "per_unit_s", "undrafted_step_s",
-            "baseline_per_unit_s"]  # fmt: skip
+    cols = ["sweep_id", "target", "draft", "k", "k_schedule", "concurrency", "per_unit_s",
+            "undrafted_step_s", "baseline_per_unit_s"]  # fmt: skip
     if runs.empty:
         return pd.DataFrame(columns=cols)
     sweeps = runs.groupby("sweep_id")["path"].first()
@@ -71,7 +76,9 @@ def calibration(runs: pd.DataFrame) -> pd.DataFrame:
     cal = pd.DataFrame(rows, columns=cols).astype(
         {"per_unit_s": float, "undrafted_step_s": float, "baseline_per_unit_s": float}
     )
-    return cal.assign(draft=cal["draft"].fillna(load.NO_DRAFT))
+    return cal.assign(
+        draft=cal["draft"].fillna(load.NO_DRAFT), k_schedule=cal["k_schedule"].fillna(load.FIXED_K)
+    )
 
 
 def preflights(runs: pd.DataFrame) -> pd.DataFrame:
@@ -136,16 +143,20 @@ def with_predictions(
     steps = steps[[*group, "_steps", "_undrafted"]]
     cal = calibration(runs)
     at = ["sweep_id", "target", "concurrency"]
-    plain = cal[cal["k"] == 0].groupby(at)["per_unit_s"].mean()
-    spec_cal = cal[cal["k"] > 0].groupby([*at, "draft", "k"])
+    zero = cal["k"] == 0
+    plain = cal[zero & (cal["draft"] == load.NO_DRAFT)].groupby(at)["per_unit_s"].mean()
+    off = cal[zero & (cal["draft"] != load.NO_DRAFT)].groupby([*at, "draft"])["per_unit_s"]
+    engine = [*at, "draft", "k", "k_schedule"]
+    spec_cal = cal[cal["k"] > 0].groupby(engine)
     out = (
         table.merge(steps, on=group, how="left")
         .merge(spec_cal["per_unit_s"].mean().rename("t_step_s").reset_index(),
-               on=[*at, "draft", "k"], how="left")
+               on=engine, how="left")
         .merge(spec_cal["baseline_per_unit_s"].mean().rename("_t_window").reset_index(),
-               on=[*at, "draft", "k"], how="left")
+               on=engine, how="left")
         .merge(spec_cal["undrafted_step_s"].mean().rename("_t_undrafted").reset_index(),
-               on=[*at, "draft", "k"], how="left")
+               on=engine, how="left")
+        .merge(off.mean().rename("_t_off").reset_index(), on=[*at, "draft"], how="left")
         .merge(plain.rename("_t_plain").reset_index(), on=at, how="left")
         .merge(plain.rename("_t_draft").reset_index().rename(columns={"target": "draft"}),
                on=["sweep_id", "draft", "concurrency"], how="left")
@@ -154,9 +165,11 @@ def with_predictions(
     spec = out["k"] > 0
     window = out.pop("_t_window").where(out["pairing"] == "interleaved")
     out["t_target_s"] = window.fillna(out["baseline_tpot_s"]).where(spec)
-    out["c"] = out.pop("_t_draft") / out["_t_plain"]
+    t_plain = out.pop("_t_plain")
+    out["c"] = out.pop("_t_draft") / t_plain
+    out["speedup_off_predicted"] = t_plain / out.pop("_t_off")
     steps, undrafted = out.pop("_steps"), out.pop("_undrafted")
-    t_undrafted = out.pop("_t_undrafted").fillna(out.pop("_t_plain"))
+    t_undrafted = out.pop("_t_undrafted").fillna(t_plain)
     out["speedup_tpot_predicted"] = theory.speedup_from_costs(
         steps, out["t_target_s"], out["t_step_s"], undrafted, t_undrafted
     )

@@ -189,6 +189,7 @@ SCHEDULES: list[Column] = [
     ("concurrencies", _col("concurrencies")),
     ("best K predicted", _col("predicted")),
     ("best K measured", _col("measured")),
+    ("K = 0 (speculation off)", _col("off")),
     ("schedule (num_speculative_tokens_per_batch_size)", lambda r: f"`{r['schedule']}`"),
 ]
 SCHEDULE_CHECKS: list[Column] = [
@@ -208,7 +209,9 @@ def _schedules(schedules: pd.DataFrame, checks: pd.DataFrame) -> list[str]:
         return []
     out = ["## A K schedule to deploy", "",
            "From the closed-loop runs at several concurrencies: at each, the K the cost model "
-           "predicts fastest (K = 0 where no K beats the target alone) and the best K measured; "
+           "predicts fastest and the best K measured, where K = 0 counts at the speculator's "
+           "calibrated speed with speculation off (its draft or head still loaded; the "
+           "target alone where `python -m harness.calibrate` has not measured it); "
            "each level's K holds from halfway (geometrically) after the level below to halfway "
            "before the level above, in the form vLLM takes as "
            "`speculative_config.num_speculative_tokens_per_batch_size` (`spec.k_schedule`).", "",

@@ -73,11 +73,18 @@ def _ranges(levels: list[int], best: dict[int, int]) -> list[list[int]]:
     return out
 
 
+def _off(at: pd.DataFrame) -> float:
+    """A concurrency's speedup at K = 0 of a schedule: the speculator's calibrated speed with
+    speculation off (``speedup_off_predicted``), else 1 (priced as the target alone)."""
+    off = at.get("speedup_off_predicted", pd.Series(dtype=float)).dropna()
+    return float(off.iloc[0]) if len(off) else 1.0
+
+
 def _best_k(at: pd.DataFrame, column: str) -> int:
     """The K of the highest ``column`` among a concurrency's K > 0 rows; 0 when none
-    exceeds 1 (speculation does not pay there) or none is known."""
+    exceeds K = 0's speedup (:func:`_off`: speculation does not pay there) or none is known."""
     known = at.dropna(subset=[column])
-    if known.empty or known[column].max() <= 1:
+    if known.empty or known[column].max() <= _off(at):
         return 0
     return int(known.loc[known[column].idxmax(), "k"])
 
@@ -88,9 +95,12 @@ SCHEDULED = ["sweep_id", "backend", "variant", "dataset"]
 def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
     """Per speculator configuration run closed loop at fixed Ks and two or more
     concurrencies: the K per batch size the cost model predicts fastest (K = 0 where no
-    K beats the target alone), as vLLM's ``num_speculative_tokens_per_batch_size``, the
-    best K measured at each concurrency, and the overrides that run the schedule."""
-    columns = [*SCHEDULED, "concurrencies", "predicted", "measured", "schedule", "overrides"]
+    K beats speculation off, :func:`_off`), as vLLM's
+    ``num_speculative_tokens_per_batch_size``, the best K measured at each concurrency,
+    K = 0's speedup at each (``off``; "target alone" where uncalibrated) and the overrides
+    that run the schedule."""
+    columns = [*SCHEDULED, "concurrencies", "predicted", "measured", "off", "schedule",
+               "overrides"]  # fmt: skip
     if table.empty:
         return pd.DataFrame(columns=columns)
     fixed = table[(table["request_rate"] == CLOSED_LOOP) & (table["k_schedule"] == FIXED_K)]
@@ -110,6 +120,9 @@ def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
             "concurrencies": ", ".join(map(str, levels)),
             "predicted": ", ".join(f"{c}: K={k}" for c, k in predicted.items()),
             "measured": ", ".join(f"{c}: K={k}" for c, k in measured.items()),
+            "off": ", ".join(f"{c}: {_off(by_level[c]):.2f}x" for c in levels)
+            if g.get("speedup_off_predicted", pd.Series(dtype=float)).notna().any()
+            else "target alone",
             "schedule": shown,
             "overrides": f"variant={key[2]} dataset={key[3]} spec.k={top} spec.k_schedule={shown}",
         })  # fmt: skip

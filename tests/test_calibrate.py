@@ -8,6 +8,7 @@ import pytest
 
 from harness import calibrate, provenance
 from harness.calibrate import decode_timing, per_unit_s, token_units
+from harness.config import compose_config
 from train.manifest import Manifest, write_manifest
 
 
@@ -133,13 +134,35 @@ def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):
 
     out = tmp_path / calibrate.CALIBRATION
     calibrate.save(out / "old.json", record("t", "ngram", 3, 0.5))  # before a rebuild
+    scheduled = {**record("t", "ngram", 3, 0.4), "k_schedule": "1-2k3_3-32k0"}
+    calibrate.save(out / "scheduled.json", scheduled)  # another engine: kept
     calibrate.save(out / "plain.json", record("t", None, 0, 0.1))
     calibrate.save(out / "other_k.json", record("t", "ngram", 1, 0.2))
     new = record("t", "ngram", 3, 0.3)
     calibrate.replace_stale(calibrate.save(out / "new.json", new), new)
-    assert sorted(p.name for p in out.iterdir()) == ["new.json", "other_k.json", "plain.json"]
-    assert {(r["k"], r["per_unit_s"]) for r in calibrate.table(tmp_path)} == {
-        (3, 0.3),
-        (0, 0.1),
-        (1, 0.2),
+    assert sorted(p.name for p in out.iterdir()) == [
+        "new.json", "other_k.json", "plain.json", "scheduled.json"
+    ]  # fmt: skip
+    assert {(r["k"], r["k_schedule"], r["per_unit_s"]) for r in calibrate.table(tmp_path)} == {
+        (3, None, 0.3),
+        (3, "1-2k3_3-32k0", 0.4),
+        (0, None, 0.1),
+        (1, None, 0.2),
     }
+
+
+def test_a_speculator_run_at_several_concurrencies_is_also_calibrated_with_speculation_off():
+    def cfg(variant, *overrides):
+        return compose_config([f"variant={variant}", *overrides])
+
+    cfgs = [cfg("cot_sd", f"spec.k={k}", f"concurrency={c}") for k in (1, 3) for c in (1, 4)]
+    cfgs += [cfg("cot_sd", "spec.k=3", "spec.k_schedule=[[1,2,3],[3,32,0]]", "concurrency=16"),
+             cfg("cod_sd", "spec.k=1"), cfg("cot", "concurrency=8")]  # fmt: skip
+    off = {e: c for e, c in calibrate.entries(cfgs).items() if e.k == 0 and e.draft}
+    ((entry, levels),) = off.items()  # one per speculator at one K, whatever its Ks
+    batch = cfgs[0].engine.max_num_seqs
+    assert levels == {1, 4} and entry.draft == cfgs[0].models.drafts.cot
+    assert entry.k_schedule == f"1-{batch}k0"
+    speculative = entry.spec.llm_kwargs()["speculative_config"]
+    assert speculative["num_speculative_tokens_per_batch_size"] == [[1, batch, 0]]
+    assert speculative["model"] == entry.spec.draft

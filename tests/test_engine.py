@@ -163,6 +163,24 @@ def test_calibration_sees_every_engine_step_of_a_request(overrides):
     assert measured.undrafted == 0 and measured.units > 0 and measured.per_unit_s > 0
 
 
+def test_speculation_off_is_the_speculator_engine_without_a_single_draft(overrides, tmp_path):
+    cfgs = [compose_config([*overrides, "variant=cot_sd", "spec.k=1", f"concurrency={c}"])
+            for c in (1, 2)]  # fmt: skip
+    (off,) = [e for e in calibrate.entries(cfgs) if e.k == 0 and e.draft]
+    record = calibrate.read(calibrate.calibrate(off, [1], tmp_path, force=False))
+    assert record["k_schedule"] == off.k_schedule and record["draft"] == off.spec.draft
+    assert record["measurements"]["1"]["per_unit_s"] > 0  # timed per token
+    engine, reused = engines.get(off.spec)
+    prompts = [r.prompt_token_ids for r in prepare(cfgs[0]).requests]
+    done = []
+    generate(engine.llm, prompts, calibrate.sampling_params(), 1, lambda _, o: done.append(o))
+    assert reused and len(done) == len(prompts)
+    for output in done:  # every step ran at K = 0: nothing proposed, nothing accepted
+        spec = output.outputs[0].spec_decode_metrics
+        assert spec is None or (spec.num_draft_tokens == 0 and not any(spec.histogram))
+        assert len(output.outputs[0].token_ids) == calibrate.OUTPUT_TOKENS
+
+
 def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
     """The A/A check: K = 0 interleaved runs beside a second instance of the same engine;
     the speculative engine shuts down, the plain one is kept."""

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from harness import preflight, results
+from harness import calibrate, preflight, results
 from reports import aggregate, bootstrap, hypotheses, load, rejections, tables, theory
 from reports.report import make_report
 from tests import run_fixtures
@@ -222,6 +222,35 @@ def test_cost_model_predicts_from_calibrated_step_times_and_finds_the_best_k(tmp
     assert f["best_k_predicted"] == f["best_k_measured"] == 3 and f["best_k_agrees"]
     assert f["ks"] == "1,3" and f["c"] == pytest.approx(v.cost)
     assert t.model_check.startswith("cost model: 2 of 2 K > 0 rows within 10%")
+
+
+def test_speculation_off_is_priced_from_its_own_calibration_and_a_schedule_keeps_its_own(
+    tmp_path,
+):
+    v = V["cot_sd"]
+    jobs = [run_fixtures.Job("f", v, "synth_easy", "easy", k, concurrency=c, n_problems=30)
+            for k in (0, 1) for c in (1, 4)]  # fmt: skip
+    for j in jobs:
+        run_fixtures.write_job(tmp_path, j)
+    run_fixtures.write_calibration(tmp_path, jobs)
+    out = tmp_path / "f" / calibrate.CALIBRATION
+
+    def save(name, k, schedule, seconds):  # per token (off) or per verify step
+        ms = {str(c): {"concurrency": c, "requests": 3, "decode_s": 1.0, "units": 10,
+                       "per_unit_s": seconds * c} for c in (1, 4)}  # fmt: skip
+        calibrate.save(out / name, {"target": v.target_model, "draft": v.draft_model, "k": k,
+                                    "k_schedule": schedule, "identity": {},
+                                    "measurements": ms})  # fmt: skip
+
+    save("off.json", 0, "1-32k0", 0.05)
+    save("scheduled.json", 1, "1-2k1_3-32k0", 9.0)  # another engine than the fixed K = 1
+    rows = tables.build_tables(load.load(tmp_path), n_boot=50).table.set_index(["k", "concurrency"])
+    for c in (1, 4):
+        plain = run_fixtures.step_time(dataclasses.replace(jobs[0], concurrency=c))
+        assert rows.loc[(1, c), "speedup_off_predicted"] == pytest.approx(plain / (0.05 * c))
+        fixed = run_fixtures.step_time(dataclasses.replace(jobs[2], concurrency=c))
+        assert rows.loc[(1, c), "t_step_s"] == pytest.approx(fixed)  # not the schedule's 9 s
+    assert rows.loc[(0, 1), ["speedup_off_predicted"]].isna().all()
 
 
 @pytest.mark.parametrize("calibrated_plain_steps", [True, False])

@@ -46,6 +46,14 @@ def test_the_schedule_takes_the_predicted_best_k_and_zero_where_none_pays():
     assert rec["overrides"] == (
         "variant=cot_sd dataset=d spec.k=3 spec.k_schedule=[[1,2,3],[3,8,1],[9,16,0]]"
     )
+    assert rec["off"] == "target alone"  # speculation off was not calibrated
+    # calibrated, K = 0 keeps paying for the loaded draft: at 16 in flight K = 1 beats it
+    off = {1: 0.8, 4: 0.9, 16: 0.6}
+    priced = table.assign(speedup_off_predicted=table["concurrency"].map(off))
+    (rec,) = serving.k_schedules(priced).to_dict("records")
+    assert rec["predicted"] == "1: K=3, 4: K=1, 16: K=1"
+    assert rec["schedule"] == "[[1,2,3],[3,16,1]]"
+    assert rec["off"] == "1: 0.80x, 4: 0.90x, 16: 0.60x"
     # the schedule's own runs, beside the best fixed K at each concurrency
     ran = [_row(3, c, float("nan"), s, k_schedule="1-2k3_3-8k1_9-16k0")
            for c, s in ((1, 1.45), (16, 1.02))]  # fmt: skip
