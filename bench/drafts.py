@@ -102,6 +102,8 @@ def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
             cfgs = [candidate_config(summary, draft, k) for k in [0, *ks]]
             per_unit = {}
             for entry, concurrencies in calibrate.entries(cfgs).items():
+                if entry.k == 0 and entry.draft:  # speculation off: no K schedule here
+                    continue
                 record = calibrate.read(calibrate.calibrate(entry, concurrencies, out_dir, False))
                 per_unit[entry.target, entry.k] = record["measurements"][concurrency]["per_unit_s"]
             target = summary["target"]

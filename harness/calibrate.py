@@ -18,8 +18,8 @@ through the real engine. It measures
   prices a verify step and the steps without drafts get the rest of the decode time
   (:func:`step_costs`);
 - for a draft model: the draft's own time per token, the draft run as a target at K = 0;
-- for a speculator run at two or more concurrencies (where the report recommends a K
-  schedule): its time per token with speculation off, the same engine with vLLM's
+- for a speculator run closed loop at two or more concurrencies (where the report
+  recommends a K schedule): its time per token with speculation off, the same engine with vLLM's
   per-batch-size schedule at K = 0 for every batch size (:func:`speculation_off`), what
   a schedule's K = 0 costs with the draft or head still loaded.
 
@@ -221,8 +221,8 @@ def job_entry(cfg: Any, spec: Any = None) -> Entry:
 
 def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     """Engine specs of the planned jobs (plus each draft model as a plain target: a head
-    cannot run alone; and each speculator at one K planned at two or more concurrencies
-    with speculation off), each with the concurrencies its jobs run at."""
+    cannot run alone; and each speculator at one K planned closed loop at two or more
+    concurrencies with speculation off), each with the concurrencies its jobs run at."""
     from harness.engine import EngineSpec
 
     wanted: dict[Entry, set[int]] = {}
@@ -233,7 +233,7 @@ def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
         if job.spec.method == "draft_model":
             plain = EngineSpec.plain(job.spec.draft, dict(job.spec.settings))
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
-        if job.k > 0 and not job.spec.k_schedule:
+        if job.k > 0 and not job.spec.k_schedule and cfg.request_rate is None:
             off.setdefault(speculation_off(job), set()).add(cfg.concurrency)
     return wanted | {entry: levels for entry, levels in off.items() if len(levels) > 1}
 
@@ -379,7 +379,7 @@ def replace_stale(path: Path, record: dict[str, Any]) -> Path:
     report reads every file."""
 
     def about(r: dict[str, Any]) -> tuple:
-        return r["target"], r["draft"], r["k"], r.get("k_schedule")
+        return r["target"], r["draft"], r["k"], schedule_of(r)
 
     for other in path.parent.glob("*.json"):
         old = read(other) if other != path else None
@@ -397,8 +397,19 @@ def on_live_engine(cfg: Any, spec: Any, llm: Any, baseline: Any = None) -> None:
     calibrate(job_entry(cfg, spec), [cfg.concurrency], out, False, llm, baseline)
 
 
+def schedule_of(record: dict[str, Any]) -> str | None:
+    """A record's K schedule label; for files written before records named it, read from
+    the engine arguments in its identity."""
+    from harness.config import schedule_label
+
+    if "k_schedule" in record:
+        return record["k_schedule"]
+    speculative = record.get("identity", {}).get("llm_kwargs", {}).get("speculative_config")
+    return schedule_label((speculative or {}).get("num_speculative_tokens_per_batch_size"))
+
+
 def save(path: Path, record: dict[str, Any]) -> Path:
-    """Write a calibration record atomically (keys: target, draft, k, identity,
+    """Write a calibration record atomically (keys: target, draft, k, k_schedule, identity,
     measurements: concurrency -> :class:`Measurement` fields)."""
     return write_text(path, json.dumps(record, indent=1, default=str))
 
@@ -414,7 +425,7 @@ def table(sweep_dir: Path) -> list[dict[str, Any]]:
         record = read(path)
         for c, m in (record or {}).get("measurements", {}).items():
             rows.append({"target": record["target"], "draft": record["draft"],
-                         "k": record["k"], "k_schedule": record.get("k_schedule"),
+                         "k": record["k"], "k_schedule": schedule_of(record),
                          "concurrency": int(c),
                          "per_unit_s": m["per_unit_s"],
                          "undrafted_step_s": m.get("undrafted_step_s"),

@@ -115,8 +115,12 @@ def resolved_config(cfg: Any) -> dict[str, Any]:
 
 def config_hash(cfg: Any) -> str:
     """Digest of the resolved config minus keys that do not change the results."""
-    config = {k: v for k, v in resolved_config(cfg).items() if k not in UNHASHED_KEYS}
-    return json_digest(config)
+    return config_digest(resolved_config(cfg))
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """:func:`config_hash` of a resolved config (a stored run's ``config``)."""
+    return json_digest({k: v for k, v in config.items() if k not in UNHASHED_KEYS})
 
 
 def read_summary(job_dir: Path) -> dict[str, Any] | None:
@@ -140,11 +144,14 @@ def read_summary(job_dir: Path) -> dict[str, Any] | None:
 
 def changed_parts(job_dir: Path, run_key: dict[str, str]) -> list[str] | None:
     """The parts of ``run_key`` that differ from the stored complete run's (parts either
-    side lacks count as changed); None when there is no complete run."""
+    side lacks count as changed); None when there is no complete run. The stored run's
+    ``config`` part is its stored config hashed as today (:data:`UNHASHED_KEYS` may grow)."""
     summary = read_summary(job_dir)
     if summary is None:
         return None
-    stored = summary.get("run_key") or {}
+    stored = dict(summary.get("run_key") or {})
+    if isinstance(summary.get("config"), dict) and "config" in stored:
+        stored["config"] = config_digest(summary["config"])
     return [p for p in {**stored, **run_key} if stored.get(p) != run_key.get(p)]
 
 

@@ -73,23 +73,32 @@ def _ranges(levels: list[int], best: dict[int, int]) -> list[list[int]]:
     return out
 
 
-def _off(at: pd.DataFrame) -> float:
+def _off(at: pd.DataFrame) -> float | None:
     """A concurrency's speedup at K = 0 of a schedule: the speculator's calibrated speed with
-    speculation off (``speedup_off_predicted``), else 1 (priced as the target alone)."""
+    speculation off over the target's (``speedup_off_predicted``, both calibrated on the
+    same fixed requests); None when uncalibrated."""
     off = at.get("speedup_off_predicted", pd.Series(dtype=float)).dropna()
-    return float(off.iloc[0]) if len(off) else 1.0
+    return float(off.iloc[0]) if len(off) else None
 
 
 def _best_k(at: pd.DataFrame, column: str) -> int:
     """The K of the highest ``column`` among a concurrency's K > 0 rows; 0 when none
-    exceeds K = 0's speedup (:func:`_off`: speculation does not pay there) or none is known."""
+    exceeds K = 0's speedup (:func:`_off`, else 1: the target alone) or none is known."""
     known = at.dropna(subset=[column])
-    if known.empty or known[column].max() <= _off(at):
+    off = _off(at)
+    if known.empty or known[column].max() <= (1.0 if off is None else off):
         return 0
     return int(known.loc[known[column].idxmax(), "k"])
 
 
 SCHEDULED = ["sweep_id", "backend", "variant", "dataset"]
+
+
+def _off_text(off: dict[int, float | None]) -> str:
+    """K = 0's speedup per concurrency; "target alone" where it was not calibrated."""
+    if all(v is None for v in off.values()):
+        return "target alone"
+    return ", ".join(f"{c}: {'target alone' if v is None else f'{v:.2f}x'}" for c, v in off.items())
 
 
 def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
@@ -120,9 +129,7 @@ def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
             "concurrencies": ", ".join(map(str, levels)),
             "predicted": ", ".join(f"{c}: K={k}" for c, k in predicted.items()),
             "measured": ", ".join(f"{c}: K={k}" for c, k in measured.items()),
-            "off": ", ".join(f"{c}: {_off(by_level[c]):.2f}x" for c in levels)
-            if g.get("speedup_off_predicted", pd.Series(dtype=float)).notna().any()
-            else "target alone",
+            "off": _off_text({c: _off(by_level[c]) for c in levels}),
             "schedule": shown,
             "overrides": f"variant={key[2]} dataset={key[3]} spec.k={top} spec.k_schedule={shown}",
         })  # fmt: skip

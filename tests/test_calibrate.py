@@ -136,16 +136,21 @@ def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):
     calibrate.save(out / "old.json", record("t", "ngram", 3, 0.5))  # before a rebuild
     scheduled = {**record("t", "ngram", 3, 0.4), "k_schedule": "1-2k3_3-32k0"}
     calibrate.save(out / "scheduled.json", scheduled)  # another engine: kept
+    schedule = {"num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 32, 0]]}
+    older = {**record("t", "ngram", 3, 0.6),  # written before records named their schedule
+             "identity": {"llm_kwargs": {"speculative_config": schedule}}}  # fmt: skip
+    calibrate.save(out / "older_scheduled.json", older)
     calibrate.save(out / "plain.json", record("t", None, 0, 0.1))
     calibrate.save(out / "other_k.json", record("t", "ngram", 1, 0.2))
     new = record("t", "ngram", 3, 0.3)
     calibrate.replace_stale(calibrate.save(out / "new.json", new), new)
     assert sorted(p.name for p in out.iterdir()) == [
-        "new.json", "other_k.json", "plain.json", "scheduled.json"
+        "new.json", "older_scheduled.json", "other_k.json", "plain.json", "scheduled.json"
     ]  # fmt: skip
     assert {(r["k"], r["k_schedule"], r["per_unit_s"]) for r in calibrate.table(tmp_path)} == {
         (3, None, 0.3),
         (3, "1-2k3_3-32k0", 0.4),
+        (3, "1-4k3_5-32k0", 0.6),
         (0, None, 0.1),
         (1, None, 0.2),
     }
@@ -157,7 +162,8 @@ def test_a_speculator_run_at_several_concurrencies_is_also_calibrated_with_specu
 
     cfgs = [cfg("cot_sd", f"spec.k={k}", f"concurrency={c}") for k in (1, 3) for c in (1, 4)]
     cfgs += [cfg("cot_sd", "spec.k=3", "spec.k_schedule=[[1,2,3],[3,32,0]]", "concurrency=16"),
-             cfg("cod_sd", "spec.k=1"), cfg("cot", "concurrency=8")]  # fmt: skip
+             cfg("cod_sd", "spec.k=1"), cfg("cot", "concurrency=8"),
+             cfg("cot_sd", "spec.k=1", "backend=server", "request_rate=2", "concurrency=32")]  # fmt: skip
     off = {e: c for e, c in calibrate.entries(cfgs).items() if e.k == 0 and e.draft}
     ((entry, levels),) = off.items()  # one per speculator at one K, whatever its Ks
     batch = cfgs[0].engine.max_num_seqs

@@ -11,6 +11,7 @@ import pytest
 
 from harness import results
 from harness.config import compose_config
+from harness.files import json_digest
 from harness.metrics import SpecCounts, output_hash
 from harness.records import JobInfo, RequestRecord, RunSummary
 
@@ -156,3 +157,25 @@ def test_failures_are_appended_one_json_line_each(tmp_path):
 @pytest.mark.parametrize("key", ["force", "results_dir", "sweep"])
 def test_unhashed_keys_exist_in_the_config(key):
     assert key in compose_config([])
+
+
+def test_a_stored_run_is_reused_when_only_keys_that_change_no_measurement_moved(tmp_path):
+    """A run stored when its config hash still covered the SLO keeps its results: the
+    stored config is hashed as today, not the hash it was stored with."""
+    cfg = compose_config(["slo.tpot_ms=30"])
+    stored = results.resolved_config(cfg)
+    key = {"config": results.config_hash(cfg), "vllm": "v"}
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    pq.write_table(pa.table({"problem_id": pa.array([], pa.string())}), job_dir / results.REQUESTS)
+    then = json_digest({k: v for k, v in stored.items() if k not in ("force", "results_dir")})
+    assert then != key["config"]  # what the run was stored with
+    summary = {"complete": True, "num_requests": 0, "config": stored,
+               "run_key": {**key, "config": then}}  # fmt: skip
+    (job_dir / results.SUMMARY).write_text(json.dumps(summary))
+    assert results.changed_parts(job_dir, key) == []
+    assert results.changed_parts(job_dir, {**key, "vllm": "w"}) == ["vllm"]
+    longer = compose_config(["max_tokens=7"])
+    assert results.changed_parts(job_dir, {**key, "config": results.config_hash(longer)}) == [
+        "config"
+    ]

@@ -54,6 +54,11 @@ def test_the_schedule_takes_the_predicted_best_k_and_zero_where_none_pays():
     assert rec["predicted"] == "1: K=3, 4: K=1, 16: K=1"
     assert rec["schedule"] == "[[1,2,3],[3,16,1]]"
     assert rec["off"] == "1: 0.80x, 4: 0.90x, 16: 0.60x"
+    # a level left uncalibrated says so, and its K = 0 counts as the target alone
+    partly = table.assign(speedup_off_predicted=table["concurrency"].map({1: 0.8, 4: 0.9}))
+    (rec,) = serving.k_schedules(partly).to_dict("records")
+    assert rec["off"] == "1: 0.80x, 4: 0.90x, 16: target alone"
+    assert rec["predicted"] == "1: K=3, 4: K=1, 16: K=0"
     # the schedule's own runs, beside the best fixed K at each concurrency
     ran = [_row(3, c, float("nan"), s, k_schedule="1-2k3_3-8k1_9-16k0")
            for c, s in ((1, 1.45), (16, 1.02))]  # fmt: skip
