@@ -19,9 +19,10 @@ through the real engine. It measures
   (:func:`step_costs`);
 - for a draft model: the draft's own time per token, the draft run as a target at K = 0;
 - for a speculator run closed loop at two or more concurrencies (where the report
-  recommends a K schedule): its time per token with speculation off, the same engine with vLLM's
-  per-batch-size schedule at K = 0 for every batch size (:func:`speculation_off`), what
-  a schedule's K = 0 costs with the draft or head still loaded.
+  recommends a K schedule): its time per token with speculation off, the same engine
+  with vLLM's per-batch-size schedule at K = 0 for every batch size
+  (:func:`speculation_off`), what a schedule's K = 0 costs with the draft or head still
+  loaded.
 
 Decode time is last token time - first token time (e2e - TTFT); times pool over the
 requests (sum of decode time / sum of steps or tokens). Results are cached as
@@ -417,7 +418,8 @@ def save(path: Path, record: dict[str, Any]) -> Path:
 def table(sweep_dir: Path) -> list[dict[str, Any]]:
     """One row per cached (engine spec, concurrency) of a sweep: target, draft, k,
     k_schedule (None at one K), concurrency, per_unit_s (seconds per token at K = 0 and
-    with speculation off, per verify step with drafts at K > 0), undrafted_step_s (per engine step without drafts; None when none ran),
+    with speculation off, per verify step with drafts at K > 0), undrafted_step_s (per
+    engine step without drafts; None when none ran),
     baseline_per_unit_s (the plain target's seconds per token in the same window; None
     unless measured beside an interleaved job's baseline)."""
     rows = []

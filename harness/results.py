@@ -29,8 +29,8 @@ REQUESTS = "requests.parquet"
 FAILURES = "failures.jsonl"
 SERVER_LOGS = ".servers"  # the logs of the servers a sweep started (hidden: not a job)
 # Keys that do not change what a job computes: left out of the config hash.
-# ``repeats``/``repeat`` only label runs: each repeat's seed is in its config.
-# keys that do not change a run's measurements (the report applies ``slo`` to them)
+# ``repeats``/``repeat`` only label runs: each repeat's seed is in its config; the report
+# applies ``slo`` to the stored per-request times.
 UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat", "slo")
 
 

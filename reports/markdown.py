@@ -425,7 +425,8 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                 "problems, which leaves time drift out; acceptance mean ± std.", "",
                 table(rep, [("dataset", _col("dataset")), ("variant", _col("series")),
                             ("conc.", _col("concurrency")), ("load", _load),
-                            ("K", _col("k")), ("pairing", _col("pairing")), ("repeats", _col("n_repeats", 0)),
+                            ("K", _col("k")), ("pairing", _col("pairing")),
+                            ("repeats", _col("n_repeats", 0)),
                             *[(label, lambda r, s=name: f"{num(r[f'{s}_repeat_median'], 2)} "
                                f"[{num(r[f'{s}_repeat_min'], 2)}, {num(r[f'{s}_repeat_max'], 2)}]")
                               for label, name in (("TPOT speedup", "speedup_tpot"),
