@@ -95,14 +95,15 @@ sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override
 
 # A serving sweep against a vLLM server: conf/serving/<experiment>.yaml's request rates,
 # <experiment>_batch.yaml's concurrencies (calibrated for the cost model), then the K
-# schedule the report recommends, run at those concurrencies, then the report.
+# schedule the report recommends, run (and calibrated) at those concurrencies, then the report.
 SERVE_SWEEP := $(EXPERIMENT)-serving
 serve: install $(if $(PLAN),,models) ## run a serving sweep (request rates and concurrencies against a vLLM server, the recommended K schedule), then its report
 	$(PY) -m harness -m serving=$(EXPERIMENT) $(ARGS)
 	$(PY) -m harness -m serving=$(EXPERIMENT)_batch $(ARGS)
 	$(if $(PLAN),,$(PY) -m harness.calibrate serving=$(EXPERIMENT)_batch $(ARGS))
 	$(if $(PLAN),,$(PY) -m reports --k-schedules --bootstrap 200 sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)) \
-	  | while read -r schedule; do $(PY) -m harness -m serving=$(EXPERIMENT)_batch $$schedule $(ARGS) || exit 1; done)
+	  | while read -r schedule; do $(PY) -m harness -m serving=$(EXPERIMENT)_batch $$schedule $(ARGS) \
+	      && $(PY) -m harness.calibrate serving=$(EXPERIMENT)_batch $$schedule $(ARGS) || exit 1; done)
 	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)))
 
 report: install ## figures + REPORT.md from every stored run
