@@ -59,6 +59,7 @@ PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 96
 REQUESTS_PER_SLOT = 3  # requests per concurrency slot
 UNDRAFTED_STEPS = "timed apart, checked against noise"  # in a model-free proposer's identity
+K0_LEVELS = "timed per token"  # in a K schedule's identity (:func:`without_drafts`)
 PROMPT_TEXT = "Think step by step. 12 + 7 = 19, 19 * 3 = 57, 57 - 8 = 49. #### 49\n"
 
 
@@ -202,6 +203,8 @@ def identity(entry: Entry) -> dict[str, Any]:
     }
     if entry.k > 0 and spec.draft is None:  # earlier files charged these steps to verify
         ident["undrafted_steps"] = UNDRAFTED_STEPS
+    if entry.k > 0 and spec.k_schedule:  # earlier files priced verify steps at K = 0 levels
+        ident["k0_levels"] = K0_LEVELS
     return ident
 
 
@@ -297,6 +300,12 @@ def measure(
     )
 
 
+def without_drafts(m: Measurement) -> Measurement:
+    """A K schedule's level at K = 0, timed per token: every step is one without drafts,
+    and no verify step is priced there."""
+    return replace(m, units=0, per_unit_s=None, undrafted=m.units, undrafted_step_s=m.per_unit_s)
+
+
 def describe(m: Measurement, k: int) -> str:
     """The measured costs in words (ms per token, or per verify step and undrafted step)."""
 
@@ -305,6 +314,8 @@ def describe(m: Measurement, k: int) -> str:
 
     if not k:
         return f"{ms(m.per_unit_s)} per token"
+    if not m.units and m.undrafted_step_s is not None:  # :func:`without_drafts`
+        return f"K = 0 at this batch size, {ms(m.undrafted_step_s)} per token"
     text = f"{ms(m.per_unit_s)} per verify step ({m.units} steps)"
     if m.undrafted:
         text += f", {ms(m.undrafted_step_s)} per step without drafts ({m.undrafted} steps)"
@@ -357,8 +368,11 @@ def calibrate(
     tokenizer = load_tokenizer(entry.spec.target)
     for concurrency in todo:
         plain = measure(baseline, tokenizer, 0, concurrency).per_unit_s if paired else None
-        measured = replace(measure(llm, tokenizer, entry.k, concurrency),
-                           baseline_per_unit_s=plain)  # fmt: skip
+        if entry.k > 0 and entry.spec.k_at(concurrency) == 0:  # a schedule's K = 0 level
+            measured = without_drafts(measure(llm, tokenizer, 0, concurrency))
+        else:
+            measured = measure(llm, tokenizer, entry.k, concurrency)
+        measured = replace(measured, baseline_per_unit_s=plain)
         done[concurrency] = asdict(measured)
         schedule = f" k_schedule={entry.k_schedule}" if entry.k_schedule else ""
         print(f"calibration {entry.target} draft={entry.draft} K={entry.k}{schedule} "

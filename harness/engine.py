@@ -98,6 +98,10 @@ class EngineSpec:
         s["gpu_memory_utilization"] = s["gpu_memory_utilization"] / engines
         return replace(self, settings=tuple(sorted(s.items())))
 
+    def k_at(self, batch: int) -> int:
+        """The K this engine drafts with ``batch`` requests in flight (its K schedule's)."""
+        return next((k for lo, hi, k in self.k_schedule if lo <= batch <= hi), self.k)
+
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``vllm.LLM`` for this spec."""
         s = dict(self.settings)

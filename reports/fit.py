@@ -8,7 +8,8 @@ Per K > 0 group (:func:`with_predictions`, columns added to the aggregates):
   (:func:`reports.theory.decode_steps`: the last step of a short answer is cut at its
   end; TPOT is a mean over requests).
 - T_step: the calibrated seconds per verify step of the group's engine spec at its
-  concurrency (``harness.calibrate``), never the group's own timing. T_target: the plain
+  concurrency (``harness.calibrate``), never the group's own timing (a K schedule's level
+  at K = 0: :func:`verify_steps`). T_target: the plain
   target's calibrated time per token measured right before T_step on an interleaved
   job's baseline engine (one window, so drift cancels in the ratio), else the baseline's
   mean TPOT on the problems the group's speedup pairs (``baseline_tpot_s``).
@@ -81,6 +82,17 @@ def calibration(runs: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def verify_steps(cal: pd.DataFrame) -> pd.DataFrame:
+    """The K > 0 rows of :func:`calibration`. A K schedule drafts only at the batch sizes
+    where its K > 0, so a level it runs at K = 0 (no verify step timed) prices the verify
+    steps its runs take as their batch drains at its nearest lower level's."""
+    spec = cal[cal["k"] > 0].sort_values("concurrency")
+    engine = ["sweep_id", "target", "draft", "k", "k_schedule"]
+    lower = spec.groupby(engine)["per_unit_s"].ffill()
+    scheduled = spec["k_schedule"] != load.FIXED_K
+    return spec.assign(per_unit_s=spec["per_unit_s"].mask(scheduled, lower).astype(float))
+
+
 def preflights(runs: pd.DataFrame) -> pd.DataFrame:
     """Pre-flight counts of the K = 0 runs, pooled per baseline, draft and K."""
     from harness import preflight
@@ -147,7 +159,7 @@ def with_predictions(
     plain = cal[zero & (cal["draft"] == load.NO_DRAFT)].groupby(at)["per_unit_s"].mean()
     off = cal[zero & (cal["draft"] != load.NO_DRAFT)].groupby([*at, "draft"])["per_unit_s"]
     engine = [*at, "draft", "k", "k_schedule"]
-    spec_cal = cal[cal["k"] > 0].groupby(engine)
+    spec_cal = verify_steps(cal).groupby(engine)
     out = (
         table.merge(steps, on=group, how="left")
         .merge(spec_cal["per_unit_s"].mean().rename("t_step_s").reset_index(),

@@ -181,6 +181,18 @@ def test_speculation_off_is_the_speculator_engine_without_a_single_draft(overrid
         assert len(output.outputs[0].token_ids) == calibrate.OUTPUT_TOKENS
 
 
+def test_a_schedules_k0_level_is_timed_per_token_not_as_a_verify_step(overrides, tmp_path):
+    cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1",
+                          "spec.k_schedule=[[1,1,1],[2,32,0]]"])  # fmt: skip
+    entry = calibrate.job_entry(cfg)
+    record = calibrate.read(calibrate.calibrate(entry, [1, 2], tmp_path, force=False))
+    drafting, off = record["measurements"]["1"], record["measurements"]["2"]
+    assert drafting["units"] > 0 and drafting["per_unit_s"] > 0  # K = 1 at batch 1
+    assert off["units"] == 0 and off["per_unit_s"] is None  # K = 0 at batch 2
+    assert off["undrafted"] == 2 * calibrate.REQUESTS_PER_SLOT * (calibrate.OUTPUT_TOKENS - 1)
+    assert off["undrafted_step_s"] > 0
+
+
 def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
     """The A/A check: K = 0 interleaved runs beside a second instance of the same engine;
     the speculative engine shuts down, the plain one is kept."""

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from harness import calibrate, preflight, results
-from reports import aggregate, bootstrap, hypotheses, load, rejections, tables, theory
+from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, tables, theory
 from reports.report import make_report
 from tests import run_fixtures
 
@@ -251,6 +251,22 @@ def test_speculation_off_is_priced_from_its_own_calibration_and_a_schedule_keeps
         fixed = run_fixtures.step_time(dataclasses.replace(jobs[2], concurrency=c))
         assert rows.loc[(1, c), "t_step_s"] == pytest.approx(fixed)  # not the schedule's 9 s
     assert rows.loc[(0, 1), ["speedup_off_predicted"]].isna().all()
+
+
+def test_a_schedules_k0_level_prices_verify_steps_at_the_nearest_lower_level():
+    def row(schedule, c, seconds, k=3):
+        return {"sweep_id": "s", "target": "t", "draft": "d", "k": k, "k_schedule": schedule,
+                "concurrency": c, "per_unit_s": seconds}  # fmt: skip
+
+    cal = pd.DataFrame([row("1-2k3_3-32k0", 16, None), row("1-2k3_3-32k0", 1, 0.05),
+                        row("1-2k3_3-32k0", 4, None), row("1-8k3_9-32k0", 16, None),
+                        row(load.FIXED_K, 1, 0.03), row(load.FIXED_K, 4, None),
+                        row("1-32k0", 4, 0.02, k=0)])  # fmt: skip
+    prices = fit.verify_steps(cal).set_index(["k_schedule", "concurrency"])["per_unit_s"]
+    assert prices[("1-2k3_3-32k0", 4)] == prices[("1-2k3_3-32k0", 16)] == 0.05
+    assert np.isnan(prices[("1-8k3_9-32k0", 16)])  # no lower level of its own
+    assert np.isnan(prices[(load.FIXED_K, 4)])  # one K: a missing price stays missing
+    assert "1-32k0" not in prices.index.get_level_values(0)  # speculation off is not K > 0
 
 
 @pytest.mark.parametrize("calibrated_plain_steps", [True, False])
