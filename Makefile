@@ -101,7 +101,7 @@ serve: install $(if $(PLAN),,models) ## run a serving sweep (request rates and c
 	$(PY) -m harness -m serving=$(EXPERIMENT) $(ARGS)
 	$(PY) -m harness -m serving=$(EXPERIMENT)_batch $(ARGS)
 	$(if $(PLAN),,$(PY) -m harness.calibrate serving=$(EXPERIMENT)_batch $(ARGS))
-	$(if $(PLAN),,$(PY) -m reports --k-schedules --bootstrap 200 sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)) \
+	$(if $(PLAN),,set -o pipefail; $(PY) -m reports --k-schedules --bootstrap 200 sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)) \
 	  | while read -r schedule; do $(PY) -m harness -m serving=$(EXPERIMENT)_batch $$schedule $(ARGS) \
 	      && $(PY) -m harness.calibrate serving=$(EXPERIMENT)_batch $$schedule $(ARGS) || exit 1; done)
 	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)))

@@ -203,8 +203,8 @@ def identity(entry: Entry) -> dict[str, Any]:
     }
     if entry.k > 0 and spec.draft is None:  # earlier files charged these steps to verify
         ident["undrafted_steps"] = UNDRAFTED_STEPS
-    if entry.k > 0 and spec.k_schedule:  # earlier files priced verify steps at K = 0 levels
-        ident["k0_levels"] = K0_LEVELS
+    if entry.k > 0 and any(k == 0 for *_, k in spec.k_schedule):  # earlier files priced
+        ident["k0_levels"] = K0_LEVELS  # verify steps at its K = 0 levels (see :func:`table`)
     return ident
 
 
@@ -438,8 +438,10 @@ def table(sweep_dir: Path) -> list[dict[str, Any]]:
     unless measured beside an interleaved job's baseline)."""
     rows = []
     for path in sorted((sweep_dir / CALIBRATION).glob("*.json")):
-        record = read(path)
-        for c, m in (record or {}).get("measurements", {}).items():
+        record = read(path) or {}
+        if stale_schedule(record):
+            continue
+        for c, m in record.get("measurements", {}).items():
             rows.append({"target": record["target"], "draft": record["draft"],
                          "k": record["k"], "k_schedule": schedule_of(record),
                          "concurrency": int(c),
@@ -447,6 +449,14 @@ def table(sweep_dir: Path) -> list[dict[str, Any]]:
                          "undrafted_step_s": m.get("undrafted_step_s"),
                          "baseline_per_unit_s": m.get("baseline_per_unit_s")})  # fmt: skip
     return rows
+
+
+def stale_schedule(record: dict[str, Any]) -> bool:
+    """A K schedule's file written before its K = 0 levels were timed per token."""
+    schedule = record.get("identity", {}).get("llm_kwargs", {}).get("speculative_config", {})
+    levels = schedule.get("num_speculative_tokens_per_batch_size") or []
+    has_k0 = record.get("k", 0) > 0 and any(k == 0 for *_, k in levels)
+    return has_k0 and "k0_levels" not in record["identity"]
 
 
 def planned_configs(overrides: list[str]) -> list[Any]:

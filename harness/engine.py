@@ -99,8 +99,15 @@ class EngineSpec:
         return replace(self, settings=tuple(sorted(s.items())))
 
     def k_at(self, batch: int) -> int:
-        """The K this engine drafts with ``batch`` requests in flight (its K schedule's)."""
-        return next((k for lo, hi, k in self.k_schedule if lo <= batch <= hi), self.k)
+        """The K this engine drafts with ``batch`` requests in flight: vLLM's own lookup of
+        its K schedule (a range's K holds through a gap and the tail, capped at ``k``)."""
+        if not self.k_schedule:
+            return self.k
+        from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+        batches = dict(self.settings)["max_num_seqs"]
+        ranges = [list(e) for e in self.k_schedule]
+        return build_dynamic_sd_schedule_lookup(ranges, batches, self.k)[batch]
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``vllm.LLM`` for this spec."""

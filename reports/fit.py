@@ -89,8 +89,9 @@ def verify_steps(cal: pd.DataFrame) -> pd.DataFrame:
     spec = cal[cal["k"] > 0].sort_values("concurrency")
     engine = ["sweep_id", "target", "draft", "k", "k_schedule"]
     lower = spec.groupby(engine)["per_unit_s"].ffill()
-    scheduled = spec["k_schedule"] != load.FIXED_K
-    return spec.assign(per_unit_s=spec["per_unit_s"].mask(scheduled, lower).astype(float))
+    off = (spec["k_schedule"] != load.FIXED_K) & spec["per_unit_s"].isna()
+    off &= spec["undrafted_step_s"].notna()  # timed per token (calibrate.without_drafts)
+    return spec.assign(per_unit_s=spec["per_unit_s"].mask(off, lower).astype(float))
 
 
 def preflights(runs: pd.DataFrame) -> pd.DataFrame:

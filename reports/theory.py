@@ -155,5 +155,6 @@ def speedup_from_costs(
     undrafted = np.asarray(undrafted, float)
     with np.errstate(divide="ignore", invalid="ignore"):
         rest = np.where(undrafted > 0, undrafted * np.asarray(t_undrafted, float), 0.0)
-        tpot = np.asarray(steps, float) * np.asarray(t_step, float) + rest
+        steps = np.asarray(steps, float)  # no verify step costs 0 even when unpriced
+        tpot = np.where(steps == 0, 0.0, steps * np.asarray(t_step, float)) + rest
         return _out(np.asarray(np.asarray(t_target, float) / tpot))

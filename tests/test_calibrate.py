@@ -136,21 +136,38 @@ def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):
     calibrate.save(out / "old.json", record("t", "ngram", 3, 0.5))  # before a rebuild
     scheduled = {**record("t", "ngram", 3, 0.4), "k_schedule": "1-2k3_3-32k0"}
     calibrate.save(out / "scheduled.json", scheduled)  # another engine: kept
-    schedule = {"num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 32, 0]]}
-    older = {**record("t", "ngram", 3, 0.6),  # written before records named their schedule
-             "identity": {"llm_kwargs": {"speculative_config": schedule}}}  # fmt: skip
-    calibrate.save(out / "older_scheduled.json", older)
+
+    def with_schedule(rec, ranges, **identity):  # written before records named it
+        schedule = {"num_speculative_tokens_per_batch_size": ranges}
+        return {**rec, "identity": {"llm_kwargs": {"speculative_config": schedule}, **identity}}
+
+    calibrate.save(
+        out / "older_scheduled.json",
+        with_schedule(record("t", "ngram", 3, 0.6), [[1, 4, 3], [5, 32, 1]]),
+    )
+    # a schedule with a K = 0 level, written before such levels were timed per token: unread
+    calibrate.save(
+        out / "stale.json", with_schedule(record("t", "ngram", 2, 0.7), [[1, 4, 2], [5, 32, 0]])
+    )
+    calibrate.save(
+        out / "timed.json",
+        with_schedule(
+            record("t", "ngram", 2, 0.8), [[1, 8, 2], [9, 32, 0]], k0_levels=calibrate.K0_LEVELS
+        ),
+    )
     calibrate.save(out / "plain.json", record("t", None, 0, 0.1))
     calibrate.save(out / "other_k.json", record("t", "ngram", 1, 0.2))
     new = record("t", "ngram", 3, 0.3)
     calibrate.replace_stale(calibrate.save(out / "new.json", new), new)
     assert sorted(p.name for p in out.iterdir()) == [
-        "new.json", "older_scheduled.json", "other_k.json", "plain.json", "scheduled.json"
+        "new.json", "older_scheduled.json", "other_k.json", "plain.json", "scheduled.json",
+        "stale.json", "timed.json",
     ]  # fmt: skip
     assert {(r["k"], r["k_schedule"], r["per_unit_s"]) for r in calibrate.table(tmp_path)} == {
         (3, None, 0.3),
         (3, "1-2k3_3-32k0", 0.4),
-        (3, "1-4k3_5-32k0", 0.6),
+        (3, "1-4k3_5-32k1", 0.6),
+        (2, "1-8k2_9-32k0", 0.8),
         (0, None, 0.1),
         (1, None, 0.2),
     }

@@ -18,7 +18,7 @@ from harness.checks import load_tokenizer
 from harness.config import compose_config
 from harness.engine import EngineSpec
 from harness.job import run_job
-from harness.runner import generate, prepare
+from harness.runner import Offline, generate, prepare
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +185,14 @@ def test_a_schedules_k0_level_is_timed_per_token_not_as_a_verify_step(overrides,
     cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1",
                           "spec.k_schedule=[[1,1,1],[2,32,0]]"])  # fmt: skip
     entry = calibrate.job_entry(cfg)
-    record = calibrate.read(calibrate.calibrate(entry, [1, 2], tmp_path, force=False))
+    llm = engines.get(entry.spec)[0].llm
+    calibrate.calibrate(entry, [1], tmp_path, force=False, llm=llm)
+    drafts = Offline(llm).spec_counts().num_steps
+    record = calibrate.read(calibrate.calibrate(entry, [2], tmp_path, force=False, llm=llm))
+    # at batch 2 it drafts only where a request runs alone (its wave's last step), where
+    # K = 1 drafting throughout would verify about every other token
+    alone = Offline(llm).spec_counts().num_steps - drafts
+    assert drafts > 0 and alone <= 2 * calibrate.REQUESTS_PER_SLOT
     drafting, off = record["measurements"]["1"], record["measurements"]["2"]
     assert drafting["units"] > 0 and drafting["per_unit_s"] > 0  # K = 1 at batch 1
     assert off["units"] == 0 and off["per_unit_s"] is None  # K = 0 at batch 2

@@ -254,17 +254,19 @@ def test_speculation_off_is_priced_from_its_own_calibration_and_a_schedule_keeps
 
 
 def test_a_schedules_k0_level_prices_verify_steps_at_the_nearest_lower_level():
-    def row(schedule, c, seconds, k=3):
+    def row(schedule, c, seconds, k=3, per_token=0.04):  # per_token: a K = 0 level's
         return {"sweep_id": "s", "target": "t", "draft": "d", "k": k, "k_schedule": schedule,
-                "concurrency": c, "per_unit_s": seconds}  # fmt: skip
+                "concurrency": c, "per_unit_s": seconds, "undrafted_step_s": per_token}  # fmt: skip
 
     cal = pd.DataFrame([row("1-2k3_3-32k0", 16, None), row("1-2k3_3-32k0", 1, 0.05),
                         row("1-2k3_3-32k0", 4, None), row("1-8k3_9-32k0", 16, None),
+                        row("1-8k3_9-32k0", 1, 0.06), row("1-8k3_9-32k0", 4, None, per_token=None),
                         row(load.FIXED_K, 1, 0.03), row(load.FIXED_K, 4, None),
                         row("1-32k0", 4, 0.02, k=0)])  # fmt: skip
     prices = fit.verify_steps(cal).set_index(["k_schedule", "concurrency"])["per_unit_s"]
     assert prices[("1-2k3_3-32k0", 4)] == prices[("1-2k3_3-32k0", 16)] == 0.05
-    assert np.isnan(prices[("1-8k3_9-32k0", 16)])  # no lower level of its own
+    assert prices[("1-8k3_9-32k0", 16)] == 0.06
+    assert np.isnan(prices[("1-8k3_9-32k0", 4)])  # a drafting level left unpriced stays so
     assert np.isnan(prices[(load.FIXED_K, 4)])  # one K: a missing price stays missing
     assert "1-32k0" not in prices.index.get_level_values(0)  # speculation off is not K > 0
 

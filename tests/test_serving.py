@@ -69,6 +69,18 @@ def test_the_schedule_takes_the_predicted_best_k_and_zero_where_none_pays():
     assert checks["speedup_tpot"].tolist() == [1.45, 1.02]
 
 
+def test_a_schedules_k_at_a_batch_size_is_vllms():
+    def spec(schedule):
+        cfg = compose_config(["variant=cot_sd", "spec.k=3", f"spec.k_schedule={schedule}"])
+        return EngineSpec.from_config(cfg)
+
+    gap_and_tail = spec("[[1,4,2],[9,16,3],[17,20,0]]")  # max_num_seqs 32
+    assert [gap_and_tail.k_at(b) for b in (1, 4, 5, 8, 9, 16, 17, 20, 21, 32)] == [
+        2, 2, 2, 2, 3, 3, 0, 0, 0, 0
+    ]  # fmt: skip
+    assert EngineSpec.from_config(compose_config(["variant=cot_sd", "spec.k=3"])).k_at(7) == 3
+
+
 def test_a_k_schedule_reaches_vllm_and_names_the_job():
     cfg = compose_config(["variant=cot_sd", "spec.k=3", "spec.k_schedule=[[1,2,3],[3,32,0]]",
                           "concurrency=4"])  # fmt: skip

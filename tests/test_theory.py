@@ -107,6 +107,9 @@ def test_speedup_from_costs_is_tokens_per_step_times_target_time_over_step_time(
     )
     # no undrafted steps: their cost, even unknown, does not enter
     assert theory.speedup_from_costs(1 / 2.5, 0.003, 0.006, 0.0, np.nan) == pytest.approx(1.25)
+    # no verify steps (a K schedule at K = 0 throughout): neither does an unknown step time
+    assert theory.speedup_from_costs(0.0, 0.003, np.nan, 1.0, 0.004) == pytest.approx(0.75)
+    assert np.isnan(theory.speedup_from_costs(np.nan, 0.003, 0.006))  # unknown steps stay so
 
 
 def test_steps_without_drafts_emit_one_token_at_their_own_cost():
