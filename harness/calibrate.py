@@ -203,8 +203,8 @@ def identity(entry: Entry) -> dict[str, Any]:
     }
     if entry.k > 0 and spec.draft is None:  # earlier files charged these steps to verify
         ident["undrafted_steps"] = UNDRAFTED_STEPS
-    if entry.k > 0 and any(k == 0 for *_, k in spec.k_schedule):  # earlier files priced
-        ident["k0_levels"] = K0_LEVELS  # verify steps at its K = 0 levels (see :func:`table`)
+    if entry.k > 0 and _has_k0(spec.k_schedule):  # earlier files priced verify steps at
+        ident["k0_levels"] = K0_LEVELS  # its K = 0 levels (see :func:`stale_schedule`)
     return ident
 
 
@@ -419,8 +419,7 @@ def schedule_of(record: dict[str, Any]) -> str | None:
 
     if "k_schedule" in record:
         return record["k_schedule"]
-    speculative = record.get("identity", {}).get("llm_kwargs", {}).get("speculative_config")
-    return schedule_label((speculative or {}).get("num_speculative_tokens_per_batch_size"))
+    return schedule_label(_ranges(record) or None)
 
 
 def save(path: Path, record: dict[str, Any]) -> Path:
@@ -453,10 +452,19 @@ def table(sweep_dir: Path) -> list[dict[str, Any]]:
 
 def stale_schedule(record: dict[str, Any]) -> bool:
     """A K schedule's file written before its K = 0 levels were timed per token."""
-    schedule = record.get("identity", {}).get("llm_kwargs", {}).get("speculative_config", {})
-    levels = schedule.get("num_speculative_tokens_per_batch_size") or []
-    has_k0 = record.get("k", 0) > 0 and any(k == 0 for *_, k in levels)
+    has_k0 = record.get("k", 0) > 0 and _has_k0(_ranges(record))
     return has_k0 and "k0_levels" not in record["identity"]
+
+
+def _has_k0(ranges: Iterable[Sequence[int]]) -> bool:
+    """Whether a K schedule's ranges turn speculation off at some batch size."""
+    return any(k == 0 for *_, k in ranges)
+
+
+def _ranges(record: dict[str, Any]) -> list[list[int]]:
+    """The K schedule ranges in a record's engine arguments ([] at one K)."""
+    speculative = record.get("identity", {}).get("llm_kwargs", {}).get("speculative_config")
+    return (speculative or {}).get("num_speculative_tokens_per_batch_size") or []
 
 
 def planned_configs(overrides: list[str]) -> list[Any]:
