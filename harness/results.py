@@ -1,10 +1,13 @@
 """Where a job's results live and how they are written and found.
 
 ``<results_dir>/<sweep>/<job>/`` holds ``requests.parquet`` (the tidy request table),
-``summary.json`` (``"complete": true``) and ``.hydra/`` (the job's Hydra config). A job
-directory is written in a hidden temp directory and renamed into place, so a killed
-job leaves nothing behind. A job whose complete results carry the same run key (config,
-models, problems, prompts, versions: ``harness.job.run_key``) is skipped on re-run. Failed jobs are appended to ``<results_dir>/<sweep>/failures.jsonl``.
+``summary.json`` (``"complete": true`` and the sha256 of ``requests.parquet``) and
+``.hydra/`` (the job's Hydra config). A job directory is written in a hidden temp
+directory and renamed into place, so a killed job leaves nothing behind.
+:func:`complete_summary` is the one reader of "is this run complete": the harness skips
+a job whose complete results carry the same run key (config, models, problems, prompts,
+versions: ``harness.job.run_key``), and the report reads only complete runs. Failed jobs
+are appended to ``<results_dir>/<sweep>/failures.jsonl``.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.config import schedule_label
-from harness.files import atomic_dir, json_digest
+from harness import schedule
+from harness.files import atomic_dir, file_digest, json_digest
 from harness.records import RequestRecord, RunSummary, request_columns
 
 SUMMARY = "summary.json"
 REQUESTS = "requests.parquet"
+REQUESTS_SHA256 = "requests_sha256"  # the summary key of the sha256 of REQUESTS
 FAILURES = "failures.jsonl"
 SERVER_LOGS = ".servers"  # the logs of the servers a sweep started (hidden: not a job)
 # Keys that do not change what a job computes: left out of the config hash.
@@ -62,10 +66,10 @@ def job_name(cfg: Any) -> str:
     plus ``-server`` on the server backend, ``-rps<rate>`` for open-loop arrivals,
     ``-ks<schedule>`` for a K schedule and ``-r<repeat>`` for repeats after the first."""
     limit = "all" if cfg.limit is None else cfg.limit
-    schedule = cfg.spec.k_schedule if cfg.spec.k > 0 else None
+    ranges = cfg.spec.k_schedule if cfg.spec.k > 0 else None
     load = "-server" if cfg.backend == "server" else ""
     load += "" if cfg.request_rate is None else f"-rps{cfg.request_rate:g}"
-    load += "" if schedule is None else f"-ks{schedule_label(schedule)}"
+    load += "" if ranges is None else f"-ks{schedule.label(ranges)}"
     repeat = f"-r{cfg.repeat}" if cfg.repeat else ""
     return (
         f"{cfg.variant.name}-{cfg.dataset.name}-k{cfg.spec.k}-c{cfg.concurrency}{load}"
@@ -123,23 +127,54 @@ def config_digest(config: dict[str, Any]) -> str:
     return json_digest({k: v for k, v in config.items() if k not in UNHASHED_KEYS})
 
 
-def read_summary(job_dir: Path) -> dict[str, Any] | None:
-    """The job's summary if it is complete (marked so, and its request table reads back
-    with the summary's number of rows), else None."""
+class IncompleteRun(Exception):
+    """A job directory whose results are not complete; the message is the reason."""
+
+
+def complete_summary(job_dir: Path) -> dict[str, Any]:
+    """The summary of a complete job: ``summary.json`` marked complete, and a
+    ``requests.parquet`` with the summary's number of rows that reads back whole (its
+    sha256 is the one the summary records; a summary written before the digest existed
+    has its table read in full instead).
+
+    Raises:
+        IncompleteRun: the reason the job is partial or corrupt.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    path = job_dir / SUMMARY
+    if not path.is_file():
+        raise IncompleteRun(f"partial: no {SUMMARY}")
     try:
-        summary = json.loads((job_dir / SUMMARY).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise IncompleteRun(f"corrupt {SUMMARY}: {e}") from None
     if not isinstance(summary, dict) or summary.get("complete") is not True:
-        return None
+        raise IncompleteRun(f"partial: {SUMMARY} is not marked complete")
+    requests = job_dir / REQUESTS
+    if not requests.is_file():
+        raise IncompleteRun(f"no {REQUESTS}")
+    digest = summary.get(REQUESTS_SHA256)
     try:
-        rows = pq.read_metadata(job_dir / REQUESTS).num_rows
-    except (OSError, pa.ArrowException):
+        rows = pq.read_metadata(requests).num_rows
+        if rows == summary.get("num_requests") and digest is None:
+            rows = pq.read_table(requests).num_rows  # no digest: read it whole
+    except (OSError, pa.ArrowException) as e:
+        raise IncompleteRun(f"corrupt {REQUESTS}: {e}") from None
+    if rows != summary.get("num_requests"):
+        raise IncompleteRun(f"{rows} request rows but {SUMMARY} says {summary.get('num_requests')}")
+    if digest is not None and file_digest(requests, None) != digest:
+        raise IncompleteRun(f"corrupt {REQUESTS}: its sha256 is not the one {SUMMARY} records")
+    return summary
+
+
+def read_summary(job_dir: Path) -> dict[str, Any] | None:
+    """:func:`complete_summary`, or None when the job is not complete."""
+    try:
+        return complete_summary(job_dir)
+    except IncompleteRun:
         return None
-    return summary if rows == summary.get("num_requests") else None
 
 
 def changed_parts(job_dir: Path, run_key: dict[str, str]) -> list[str] | None:
@@ -167,14 +202,16 @@ def write_job(
     summary: RunSummary,
     hydra_dir: Path | None = None,
 ) -> None:
-    """Write requests.parquet, summary.json and the Hydra config, atomically replacing ``job_dir``."""
+    """Write requests.parquet, summary.json (with the table's sha256) and the Hydra config,
+    atomically replacing ``job_dir``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pylist([r.to_row() for r in records], schema=request_schema())
     with atomic_dir(job_dir) as tmp:
         pq.write_table(table, tmp / REQUESTS)
-        (tmp / SUMMARY).write_text(json.dumps(summary.to_row(), indent=2) + "\n")
+        row = {**summary.to_row(), REQUESTS_SHA256: file_digest(tmp / REQUESTS, None)}
+        (tmp / SUMMARY).write_text(json.dumps(row, indent=2) + "\n")
         if hydra_dir is not None and hydra_dir.is_dir():
             shutil.copytree(hydra_dir, tmp / ".hydra")
 

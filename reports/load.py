@@ -1,10 +1,12 @@
 """Every run under a results directory, as two tidy pandas tables.
 
 A run is a job directory ``<results_dir>/<sweep>/<job>/`` holding ``requests.parquet``
-(one row per request) and ``summary.json`` (one run) as the harness writes them. A
-directory without a complete summary, or with a missing, corrupt or short request table,
-is skipped and listed with the reason, and so is a job the sweep's ``failures.jsonl``
-names that left no directory; none of them stops the report.
+(one row per request) and ``summary.json`` (one run) as the harness writes them. Whether a
+run is complete is the harness's answer (``harness.results.complete_summary``); this
+module only reads a complete run's table with the columns the report needs. A partial or
+corrupt directory, or one whose table lacks a required column, is skipped and listed with
+the reason, and so is a job the sweep's ``failures.jsonl`` names that left no directory;
+none of them stops the report.
 
 Requests are read column-projected (``output_token_ids``, the biggest column, is left on
 disk) by a thread pool and concatenated in Arrow; no Python loop runs per request.
@@ -45,10 +47,9 @@ SEQUENTIAL = "sequential"  # the pairing of runs recorded before pairing existed
 OFFLINE = "offline"  # the backend of runs recorded before backends existed
 CLOSED_LOOP = 0.0  # the request_rate column of closed-loop runs (the harness's null)
 FIXED_K = "none"  # the k_schedule column of runs at one K for every batch size
-NO_DRAFT = "none"
+NO_DRAFT = "none"  # the draft column's value for variants without a draft
 ROLE = "target_role"  # the target's key in the config (base | cot | cod); ``target`` is its model
 PROBLEM_SET = ("limit", "dataset_digest")  # added to every request and run (problem_set)
-FAILURES = "failures.jsonl"  # the harness's log of failed jobs, one JSON object a line  # the draft column's value for variants without a draft
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,11 @@ class Results:
 
 
 class RunError(Exception):
-    """A run directory that cannot be used; the message is the reason."""
+    """A complete run the report cannot use; the message is the reason."""
 
 
-def sweep_dirs(results_dir: Path, sweeps: list[str] | None = None) -> list[Path]:
-    """The sweep directories to read: all of them, or the named ones.
+def sweep_paths(results_dir: Path, sweeps: list[str] | None = None) -> list[Path]:
+    """The sweep directories under ``results_dir`` to read: all of them, or the named ones.
 
     Raises:
         ValueError: a named sweep is not under ``results_dir``.
@@ -109,8 +110,9 @@ def job_dirs(sweeps: list[Path]) -> list[Path]:
 
 
 def failed_jobs(sweep: Path) -> dict[str, str]:
-    """Job name -> error of the sweep's ``failures.jsonl`` (the last line per job wins)."""
-    path = sweep / FAILURES
+    """Job name -> error of the sweep's ``failures.jsonl`` (the harness's log of failed
+    jobs, one JSON object a line; the last line per job wins)."""
+    path = sweep / results.FAILURES
     failed = {}
     for line in path.read_text().splitlines() if path.is_file() else []:
         try:
@@ -121,46 +123,24 @@ def failed_jobs(sweep: Path) -> dict[str, str]:
     return failed
 
 
-def read_summary(job: Path) -> dict[str, Any]:
-    """The complete ``summary.json`` of a job directory.
+def read_requests(job: Path) -> pa.Table:
+    """The request table of a complete job directory (``results.complete_summary``), with
+    every column the report reads.
 
     Raises:
-        RunError: missing, unreadable or not complete.
+        RunError: lacking a required column, without rows, or unreadable.
     """
-    path = job / "summary.json"
-    if not path.is_file():
-        raise RunError("partial: no summary.json")
     try:
-        summary = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunError(f"corrupt summary.json: {e}") from e
-    if not isinstance(summary, dict) or summary.get("complete") is not True:
-        raise RunError("partial: summary.json is not marked complete")
-    return summary
-
-
-def read_requests(job: Path, expected_rows: int | None) -> pa.Table:
-    """The request table of a job directory, with every column the report reads.
-
-    Raises:
-        RunError: missing, corrupt, lacking a required column, or of the wrong length.
-    """
-    path = job / "requests.parquet"
-    if not path.is_file():
-        raise RunError("no requests.parquet")
-    try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(job / results.REQUESTS)
         names = set(pf.schema_arrow.names)
         missing = [c for c in REQUIRED if c not in names]
         if missing:
-            raise RunError(f"requests.parquet lacks columns: {', '.join(missing)}")
+            raise RunError(f"{results.REQUESTS} lacks columns: {', '.join(missing)}")
         table = pf.read(columns=[c for c in COLUMNS if c in names])
     except (OSError, pa.ArrowException) as e:
-        raise RunError(f"corrupt requests.parquet: {e}") from e
+        raise RunError(f"corrupt {results.REQUESTS}: {e}") from e
     if table.num_rows == 0:
-        raise RunError("requests.parquet has no rows")
-    if expected_rows is not None and table.num_rows != expected_rows:
-        raise RunError(f"{table.num_rows} request rows but summary.json says {expected_rows}")
+        raise RunError(f"{results.REQUESTS} has no rows")
     for name, type_ in OPTIONAL.items():
         if name not in names:
             table = table.append_column(name, pa.nulls(table.num_rows, type_))
@@ -182,9 +162,9 @@ def problem_set(summary: dict[str, Any]) -> dict[str, Any]:
 
 def _read_job(job: Path) -> tuple[pa.Table, dict[str, Any]] | Skipped:
     try:
-        summary = read_summary(job)
-        table = read_requests(job, summary.get("num_requests"))
-    except RunError as e:
+        summary = results.complete_summary(job)
+        table = read_requests(job)
+    except (results.IncompleteRun, RunError) as e:
         return Skipped(str(job), str(e))
     role = pa.array([target_role(summary)] * table.num_rows, pa.string())
     table = table.append_column(ROLE, role)
@@ -233,8 +213,8 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
     Raises:
         ValueError: a named sweep does not exist.
     """
-    sweep_paths = sweep_dirs(Path(results_dir), sweeps)
-    jobs = job_dirs(sweep_paths)
+    sweeps_read = sweep_paths(Path(results_dir), sweeps)
+    jobs = job_dirs(sweeps_read)
     with ThreadPoolExecutor(threads) as pool:
         read = list(pool.map(_read_job, jobs))
     good = [(job, r) for job, r in zip(jobs, read, strict=True) if not isinstance(r, Skipped)]
@@ -242,7 +222,7 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
     seen = {str(job) for job in jobs}
     skipped += tuple(
         Skipped(str(sweep / job), f"failed: {error}")
-        for sweep in sweep_paths
+        for sweep in sweeps_read
         for job, error in failed_jobs(sweep).items()
         if str(sweep / job) not in seen
     )

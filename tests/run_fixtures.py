@@ -293,6 +293,16 @@ def write_job(results_dir: Path, job: Job, recs: list[RequestRecord] | None = No
     return out
 
 
+def zero_middle(path: Path, margin: int = 200) -> None:
+    """Overwrite a parquet file's data pages with zeros from byte ``margin`` to ``margin``
+    bytes before their end, leaving the footer (schema, row counts) intact."""
+    data = bytearray(Path(path).read_bytes())
+    end = len(data) - 8 - int.from_bytes(data[-8:-4], "little")  # where the footer starts
+    assert end - margin > margin, "too small to corrupt in the middle"
+    data[margin : end - margin] = bytes(end - 2 * margin)
+    Path(path).write_bytes(bytes(data))
+
+
 def seed_study_jobs(
     sweep: str,
     ks: tuple[int, ...] = (0, 1, 2, 3, 5),

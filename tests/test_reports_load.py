@@ -7,6 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from harness import results as harness_results
 from reports import load
 from tests import run_fixtures
 
@@ -58,9 +59,17 @@ def test_missing_results_dir_loads_nothing(tmp_path):
     assert r.requests.empty and r.runs.empty and r.skipped == ()
 
 
+def _as_before_digests(job_dir):
+    """Drop the table's sha256 from the summary, as the harness wrote it before digests."""
+    path = job_dir / harness_results.SUMMARY
+    summary = json.loads(path.read_text())
+    del summary[harness_results.REQUESTS_SHA256]
+    path.write_text(json.dumps(summary))
+
+
 def _break(job_dir, how):
-    summary = job_dir / "summary.json"
-    requests = job_dir / "requests.parquet"
+    summary = job_dir / harness_results.SUMMARY
+    requests = job_dir / harness_results.REQUESTS
     if how == "no summary":
         summary.unlink()
     elif how == "not complete":
@@ -71,10 +80,16 @@ def _break(job_dir, how):
         requests.unlink()
     elif how == "corrupt requests":
         requests.write_bytes(b"PAR1 not really parquet")
-    elif how == "missing column":
+    elif how == "missing column":  # a run of an older schema
         pq.write_table(pq.read_table(requests).drop_columns(["tpot_s"]), requests)
+        _as_before_digests(job_dir)
     elif how == "short":
         pq.write_table(pq.read_table(requests).slice(0, N - 1), requests)
+    elif how == "zeroed middle":
+        run_fixtures.zero_middle(requests)
+    elif how == "zeroed middle, no digest":
+        run_fixtures.zero_middle(requests)
+        _as_before_digests(job_dir)
 
 
 REASONS = {
@@ -85,6 +100,8 @@ REASONS = {
     "corrupt requests": "corrupt requests.parquet",
     "missing column": "requests.parquet lacks columns: tpot_s",
     "short": f"{N - 1} request rows but summary.json says {N}",
+    "zeroed middle": "corrupt requests.parquet: its sha256 is not the one summary.json records",
+    "zeroed middle, no digest": "corrupt requests.parquet: Couldn't deserialize thrift",
 }
 
 
@@ -96,6 +113,17 @@ def test_partial_or_corrupt_run_is_skipped_with_its_reason(results, how):
     assert [s.path for s in r.skipped] == [str(dirs[1])]
     assert r.skipped[0].reason.startswith(REASONS[how])
     assert len(r.runs) == 2 and len(r.requests) == 2 * N
+    # the harness's one completeness check agrees, but for a column only the report needs
+    assert (harness_results.read_summary(dirs[1]) is None) == (how != "missing column")
+
+
+def test_a_run_without_a_digest_that_reads_back_whole_is_loaded(results):
+    root, dirs = results
+    _as_before_digests(dirs[1])
+    r = load.load(root)
+    assert r.skipped == () and len(r.runs) == 3 and len(r.requests) == 3 * N
+    digests = r.runs.set_index("variant")[harness_results.REQUESTS_SHA256]
+    assert digests.isna().to_dict() == {"base": False, "cot_sd": True, "cot": False}
 
 
 def test_hidden_temp_dirs_are_ignored_and_failed_jobs_listed(results):
@@ -114,8 +142,9 @@ def test_hidden_temp_dirs_are_ignored_and_failed_jobs_listed(results):
 
 def test_optional_columns_missing_from_older_files_become_null(results):
     root, dirs = results
-    path = dirs[0] / "requests.parquet"
+    path = dirs[0] / harness_results.REQUESTS
     pq.write_table(pq.read_table(path).drop_columns(["rejection_tokens", "extractor"]), path)
+    _as_before_digests(dirs[0])
     r = load.load(root)
     assert r.skipped == ()
     base = r.requests[r.requests["variant"] == "base"]

@@ -11,9 +11,10 @@ import pytest
 
 from harness import results
 from harness.config import compose_config
-from harness.files import json_digest
+from harness.files import file_digest, json_digest
 from harness.metrics import SpecCounts, output_hash
 from harness.records import JobInfo, RequestRecord, RunSummary
+from tests import run_fixtures
 
 COLUMNS = results.request_schema().names  # derived from JobInfo + RequestRecord
 SPEC_COLUMNS = COLUMNS[COLUMNS.index("num_spec_steps") : COLUMNS.index("output_hash")]
@@ -106,7 +107,9 @@ def test_written_job_is_complete_only_for_its_config_hash(tmp_path):
     assert not results.is_complete(job_dir, "other")
     table = pq.read_table(job_dir / results.REQUESTS)
     assert table.column_names == COLUMNS and table.num_rows == 2
-    assert json.loads((job_dir / results.SUMMARY).read_text())["config_hash"] == "abc"
+    stored = json.loads((job_dir / results.SUMMARY).read_text())
+    assert stored["config_hash"] == "abc"
+    assert stored[results.REQUESTS_SHA256] == file_digest(job_dir / results.REQUESTS, None)
 
 
 def test_rewriting_a_job_replaces_it_and_leaves_no_temp_dirs(tmp_path):
@@ -123,6 +126,12 @@ def test_a_dir_without_a_complete_summary_is_partial(tmp_path):
     assert results.read_summary(tmp_path / "job") is None
 
 
+def _drop_digest(job_dir):
+    summary = json.loads((job_dir / results.SUMMARY).read_text())
+    del summary[results.REQUESTS_SHA256]
+    (job_dir / results.SUMMARY).write_text(json.dumps(summary))
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -135,6 +144,11 @@ def test_a_dir_without_a_complete_summary_is_partial(tmp_path):
         lambda job_dir: results.write_job(  # the table of another run: one row, not two
             job_dir, [_record(_job())], dataclasses.replace(_summary(_job()), num_requests=2)
         ),
+        lambda job_dir: run_fixtures.zero_middle(job_dir / results.REQUESTS),  # footer intact
+        lambda job_dir: (  # the same, in a summary written before digests: read in full
+            run_fixtures.zero_middle(job_dir / results.REQUESTS),
+            _drop_digest(job_dir),
+        ),
     ],
 )
 def test_a_result_that_does_not_read_back_is_not_complete(tmp_path, damage):
@@ -144,6 +158,52 @@ def test_a_result_that_does_not_read_back_is_not_complete(tmp_path, damage):
     assert results.is_complete(job_dir, "abc")
     damage(job_dir)
     assert results.read_summary(job_dir) is None and not results.is_complete(job_dir, "abc")
+
+
+def test_a_summary_without_a_digest_is_complete_when_its_table_reads_back(tmp_path):
+    job_dir, job = tmp_path / "s" / "job", _job()
+    summary = dataclasses.replace(_summary(job, "abc"), num_requests=2)
+    results.write_job(job_dir, [_record(job), _record(job, "p2")], summary)
+    _drop_digest(job_dir)
+    assert results.is_complete(job_dir, "abc")
+    with pytest.raises(results.IncompleteRun, match=r"partial: no summary\.json"):
+        results.complete_summary(tmp_path / "s" / "absent")
+
+
+def test_a_job_whose_table_was_zeroed_in_the_middle_runs_again(tmp_path, monkeypatch, capsys):
+    """The footer still holds the right row count; the bytes are not the ones written, so
+    the harness runs the job again instead of skipping it."""
+    from harness import job as jobs
+
+    cfg = compose_config([f"results_dir={tmp_path}"])
+    job_dir = results.sweep_dir(cfg) / results.job_name(cfg)
+    key = {"models": "m", "problems": "p"}
+    job = _job()
+    summary = dataclasses.replace(_summary(job, "abc"), num_requests=40, run_key=key)
+    results.write_job(job_dir, [_record(job, f"p{i}") for i in range(40)], summary)
+
+    class Ran(Exception):
+        pass
+
+    def run_it(*args):
+        raise Ran
+
+    monkeypatch.setattr(jobs, "prepare", lambda cfg: None)
+    monkeypatch.setattr(jobs, "models_used", lambda cfg, job: {})
+    monkeypatch.setattr(jobs, "run_key", lambda cfg, job, models: key)
+    monkeypatch.setattr(jobs, "_offline", run_it)
+    monkeypatch.setattr(jobs, "_on_server", run_it)
+    assert jobs.run_job(cfg, progress=False) is None  # complete, same run key: skipped
+    assert "skip" in capsys.readouterr().out
+
+    run_fixtures.zero_middle(job_dir / results.REQUESTS)
+    assert pq.read_metadata(job_dir / results.REQUESTS).num_rows == 40
+    with pytest.raises(results.IncompleteRun, match=r"corrupt requests\.parquet: its sha256"):
+        results.complete_summary(job_dir)
+    assert results.changed_parts(job_dir, key) is None
+    with pytest.raises(Ran):
+        jobs.run_job(cfg, progress=False)
+    assert "re-running" in capsys.readouterr().out
 
 
 def test_failures_are_appended_one_json_line_each(tmp_path):
