@@ -107,7 +107,7 @@ def fig_acceptance_vs_k(t: ReportTables) -> Figure | None:
     datasets = plotting.datasets(rows)
     fits = plotting.theory_by_config(t)
     fig, axes = plotting.panels(len(datasets), rows=2, sharey="row")
-    stats = ((0, "acceptance_rate", theory.acceptance_rate),
+    stats = ((0, "acceptance_rate", theory.modelled_acceptance),
              (1, "mean_acceptance_length", theory.expected_tokens))  # fmt: skip
     for col, (dataset, difficulty) in enumerate(datasets):
         for series, g in rows[rows["dataset"] == dataset].groupby("series", sort=True):

@@ -13,7 +13,9 @@ Per K > 0 group (:func:`with_predictions`, columns added to the aggregates):
   target's calibrated time per token measured right before T_step on an interleaved
   job's baseline engine (one window, so drift cancels in the ratio), else the baseline's
   mean TPOT on the problems the group's speedup pairs (``baseline_tpot_s``).
-  ``speedup_tpot_predicted`` = E x T_target / T_step.
+  ``speedup_tpot_predicted`` = E x T_target / T_step. The assembly of a row's c, E, T_step
+  and predicted speedups is :func:`reports.theory.predict_from_costs`, which
+  ``bench/drafts.py`` calls too; this module finds its inputs.
 - Steps without drafts (prompt lookup that found no match; none for a draft model): the
   group's requests give how many (decode tokens - verify steps - accepted tokens), each
   emits one token and costs the calibrated time of such a step in the group's engine, or
@@ -179,19 +181,18 @@ def with_predictions(
     window = out.pop("_t_window").where(out["pairing"] == "interleaved")
     out["t_target_s"] = window.fillna(out["baseline_tpot_s"]).where(spec)
     t_plain = out.pop("_t_plain")
-    out["c"] = out.pop("_t_draft") / t_plain
-    out["speedup_off_predicted"] = t_plain / out.pop("_t_off")
     steps, undrafted = out.pop("_steps"), out.pop("_undrafted")
     t_undrafted = out.pop("_t_undrafted").fillna(t_plain)
-    out["speedup_tpot_predicted"] = theory.speedup_from_costs(
-        steps, out["t_target_s"], out["t_step_s"], undrafted, t_undrafted
-    )
-    out["speedup_tpot_predicted_simple"] = theory.speedup_from_costs(
-        steps, 1.0, out["k"] * out["c"] + 1.0, undrafted, 1.0
-    )
-    out["speedup_tpot_preflight"] = theory.speedup_from_costs(
-        out.pop("_steps_preflight"), out["t_target_s"], out["t_step_s"]
-    )
+    costs = (out["t_target_s"], out["t_step_s"], out.pop("_t_draft"), t_plain, out["k"])
+    model = theory.predict_from_costs(steps, *costs, undrafted, t_undrafted)
+    out["c"] = model.c
+    out["speedup_off_predicted"] = t_plain / out.pop("_t_off")
+    out["speedup_tpot_predicted"] = model.speedup
+    out["speedup_tpot_predicted_simple"] = model.speedup_simple
+    # E from the replayed steps of the K = 0 outputs, as bench/drafts.py predicts
+    out["speedup_tpot_preflight"] = theory.predict_from_costs(
+        out.pop("_steps_preflight"), *costs
+    ).speedup
     out.loc[~spec, list(PREDICTED)] = np.nan
     return out
 

@@ -6,7 +6,7 @@ number of draft tokens proposed per verify step; ``c`` is the cost of one draft 
 divided by the cost of one target forward. Costs are in units of one target forward.
 
 - tokens per verify step: E = (1 - a^(K+1)) / (1 - a)            (paper eq. 1; K+1 at a=1)
-- draft acceptance rate (vLLM's accepted / proposed): (E - 1) / K
+- modelled draft acceptance (vLLM's accepted / proposed, under the model): (E - 1) / K
 - cost of a verify step: K c + 1, so predicted speedup = E / (K c + 1) (paper thm. 3.8)
 - break-even cost ratio (speedup = 1): c* = (E - 1) / K
 - best K: the argmax of the speedup over K = 0..k_max (K = 0 is plain decoding, speedup 1)
@@ -20,6 +20,8 @@ assumed) over the requests' own output lengths (:func:`decode_steps`: a short an
 its end, and TPOT is a mean over requests). A model-free proposer drafts only where it
 finds a match; its steps without drafts cost their own calibrated time and emit one
 token. The simple model above keeps c = T_draft / T_target, both measured.
+:func:`predict_from_costs` assembles one row's c, E, T_step and both predicted speedups
+from those costs: the report (``reports.fit``) and ``bench/drafts.py`` both call it.
 
 Estimating a from the per-position acceptance counts of runs: :func:`alpha_mle`.
 
@@ -29,6 +31,7 @@ Functions broadcast over numpy arrays and return a float for scalar inputs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -54,8 +57,9 @@ def expected_tokens(a: ArrayLike, k: ArrayLike) -> np.ndarray | float:
     return _out(e)
 
 
-def acceptance_rate(a: ArrayLike, k: ArrayLike) -> np.ndarray | float:
-    """Accepted / proposed draft tokens (vLLM's rate) under the model: (E - 1) / K."""
+def modelled_acceptance(a: ArrayLike, k: ArrayLike) -> np.ndarray | float:
+    """Accepted / proposed draft tokens (vLLM's rate) under the model: (E - 1) / K. The
+    measured rate is ``harness.metrics.acceptance_rate``."""
     k = np.asarray(k, float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return _out(np.asarray((np.asarray(expected_tokens(a, k)) - 1.0) / k))
@@ -69,7 +73,7 @@ def predicted_speedup(a: ArrayLike, k: ArrayLike, c: ArrayLike) -> np.ndarray | 
 
 def break_even_cost(a: ArrayLike, k: ArrayLike) -> np.ndarray | float:
     """The cost ratio c at which K drafts stop paying: speedup = 1 at c* = (E - 1) / K."""
-    return acceptance_rate(a, k)
+    return modelled_acceptance(a, k)
 
 
 def best_k(a: ArrayLike, c: ArrayLike, k_max: int = K_MAX) -> np.ndarray | int:
@@ -158,3 +162,44 @@ def speedup_from_costs(
         steps = np.asarray(steps, float)  # no verify step costs 0 even when unpriced
         tpot = np.where(steps == 0, 0.0, steps * np.asarray(t_step, float)) + rest
         return _out(np.asarray(np.asarray(t_target, float) / tpot))
+
+
+class CostPrediction(NamedTuple):
+    """One row of the cost model (:func:`predict_from_costs`); arrays when its inputs are."""
+
+    c: np.ndarray | float  # T_draft / T_target, both calibrated per token at K = 0
+    e: np.ndarray | float  # decode tokens per verify step, 1 / steps
+    t_step: np.ndarray | float  # the calibrated seconds of one verify step
+    speedup: np.ndarray | float  # E x T_target / T_step (:func:`speedup_from_costs`)
+    speedup_simple: np.ndarray | float  # E / (K c + 1), in target tokens
+
+
+def predict_from_costs(
+    steps: ArrayLike,
+    t_target: ArrayLike,
+    t_step: ArrayLike,
+    t_draft: ArrayLike = np.nan,
+    t_plain: ArrayLike = np.nan,
+    k: ArrayLike = np.nan,
+    undrafted: ArrayLike = 0.0,
+    t_undrafted: ArrayLike = 0.0,
+) -> CostPrediction:
+    """The cost model's prediction for a row from its calibrated costs: ``steps`` verify
+    steps and ``undrafted`` steps without drafts per decode token (:func:`decode_steps`,
+    or a pre-flight replay), ``t_target`` the target's time per token the speedup is
+    against, ``t_step`` one verify step, ``t_draft`` and ``t_plain`` the draft's and the
+    plain target's calibrated time per token (for c), ``k`` the drafts per verify step
+    (for the simple model, whose steps without drafts cost one target token each) and
+    ``t_undrafted`` a step without drafts. Without ``t_draft``, c and the simple model
+    are NaN."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = np.asarray(t_draft, float) / np.asarray(t_plain, float)
+        e = 1.0 / np.asarray(steps, float)
+        simple_step = np.asarray(k, float) * c + 1.0
+    return CostPrediction(
+        c=_out(c),
+        e=_out(e),
+        t_step=_out(np.asarray(t_step, float)),
+        speedup=speedup_from_costs(steps, t_target, t_step, undrafted, t_undrafted),
+        speedup_simple=speedup_from_costs(steps, 1.0, simple_step, undrafted, 1.0),
+    )

@@ -38,9 +38,9 @@ def test_functions_broadcast_over_arrays():
     assert isinstance(theory.expected_tokens(0.5, 2), float)
 
 
-def test_acceptance_rate_is_accepted_over_proposed_under_the_model():
+def test_modelled_acceptance_is_accepted_over_proposed_under_the_model():
     # K = 2: accepted drafts per step a + a^2, over 2 proposed
-    assert theory.acceptance_rate(0.6, 2) == pytest.approx((0.6 + 0.36) / 2)
+    assert theory.modelled_acceptance(0.6, 2) == pytest.approx((0.6 + 0.36) / 2)
 
 
 def test_break_even_cost_gives_speedup_one():
@@ -110,6 +110,35 @@ def test_speedup_from_costs_is_tokens_per_step_times_target_time_over_step_time(
     # no verify steps (a K schedule at K = 0 throughout): neither does an unknown step time
     assert theory.speedup_from_costs(0.0, 0.003, np.nan, 1.0, 0.004) == pytest.approx(0.75)
     assert np.isnan(theory.speedup_from_costs(np.nan, 0.003, 0.006))  # unknown steps stay so
+
+
+def test_one_assembly_gives_a_rows_c_e_step_time_and_predicted_speedups():
+    # a replay of 0.4 verify steps per decode token (E = 2.5) at K = 2, the target at
+    # 10 ms per token, a verify step at 16 ms, the draft alone at 3 ms per token
+    steps, t_target, t_step, t_draft, k = 0.4, 0.010, 0.016, 0.003, 2
+    model = theory.predict_from_costs(steps, t_target, t_step, t_draft, t_target, k)
+    assert model.e == pytest.approx(1 / steps)
+    assert model.c == pytest.approx(t_draft / t_target)
+    assert model.t_step == t_step
+    assert model.speedup == pytest.approx(steps**-1 * t_target / t_step)  # 1.5625
+    assert model.speedup_simple == pytest.approx(steps**-1 / (k * t_draft / t_target + 1))
+    # steps without drafts: each emits one token at its own time; the simple model
+    # charges it one target token
+    undrafted, t_undrafted = 0.2, 0.011
+    model = theory.predict_from_costs(
+        steps, t_target, t_step, t_draft, t_target, k, undrafted, t_undrafted
+    )
+    assert model.speedup == pytest.approx(t_target / (steps * t_step + undrafted * t_undrafted))
+    assert model.speedup_simple == pytest.approx(
+        1 / (steps * (k * t_draft / t_target + 1) + undrafted)
+    )
+    # without a draft timed alone (a head): no c and no simple model, the cost model stands
+    head = theory.predict_from_costs(steps, t_target, t_step)
+    assert np.isnan(head.c) and np.isnan(head.speedup_simple)
+    assert head.speedup == pytest.approx(steps**-1 * t_target / t_step)
+    # rows broadcast as arrays (the report's columns)
+    rows = theory.predict_from_costs([0.4, 0.5], t_target, [0.016, 0.02], t_draft, t_target, k)
+    assert rows.speedup == pytest.approx([2.5 * 10 / 16, 2 * 10 / 20])
 
 
 def test_steps_without_drafts_emit_one_token_at_their_own_cost():
