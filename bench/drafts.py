@@ -13,7 +13,8 @@ candidate (a draft model, or a speculators EAGLE-3 checkpoint):
    (:mod:`harness.calibrate`; its engines start here, one after another; cached in the
    run's sweep, ``.calibration/``);
 3. the cost model's predicted TPOT speedup E x T_target / T_step(K), E from the replayed
-   steps, T_target the run's own mean TPOT, as the report computes it for a sweep's drafts.
+   steps, T_target the run's own mean TPOT, assembled as the report assembles a sweep's
+   rows (:func:`reports.theory.predict_from_costs`).
 
 A draft's layers, objective and training steps come from its ``config.json`` and
 ``manifest.json``. Keep the candidates at distinct paths: results are named by path.
@@ -45,12 +46,12 @@ def candidate_config(summary: dict, draft: str, k: int):
     speculator at ``k``."""
     from omegaconf import OmegaConf
 
-    from harness.preflight import is_head
+    from harness import speculators
 
     cfg = OmegaConf.create(summary["config"])
     cfg.models.drafts["candidate"] = draft
     cfg.variant.draft, cfg.spec.k = "candidate", k
-    cfg.variant.method = "eagle3" if is_head(draft) else "draft_model"
+    cfg.variant.method = speculators.of_checkpoint(draft).method
     return cfg
 
 
@@ -85,7 +86,7 @@ def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
     """One row per draft and K: acceptance, E, costs and the predicted TPOT speedup."""
     from harness import calibrate, engine, preflight, results
     from harness.config import ConfigError
-    from reports.theory import speedup_from_costs
+    from reports.theory import predict_from_costs
 
     summary = results.read_summary(run_dir)
     if summary is None or summary.get("k") != 0:
@@ -107,18 +108,19 @@ def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
                 record = calibrate.read(calibrate.calibrate(entry, concurrencies, out_dir, False))
                 per_unit[entry.target, entry.k] = record["measurements"][concurrency]["per_unit_s"]
             target = summary["target"]
-            c = per_unit.get((draft, 0), float("nan")) / per_unit[target, 0]
+            t_draft, t_plain = per_unit.get((draft, 0), float("nan")), per_unit[target, 0]
             about = describe(draft)
             for k in ks:
                 ratios = preflight.steps_per_token(result, k)
-                steps = sum(ratios) / len(ratios)
-                t_step = per_unit[target, k]
+                model = predict_from_costs(
+                    sum(ratios) / len(ratios), t_target, per_unit[target, k], t_draft, t_plain
+                )
                 rows.append({
                     "draft": draft, "about": about, "k": k, "T_target ms": t_target * 1e3,
                     "agreement": result["agreement"],
                     "acceptance": result["ks"][str(k)]["acceptance_rate"],
-                    "E": 1 / steps, "c": c, "T_step ms": t_step * 1e3,
-                    "speedup": float(speedup_from_costs(steps, t_target, t_step)),
+                    "E": float(model.e), "c": float(model.c), "T_step ms": model.t_step * 1e3,
+                    "speedup": float(model.speedup),
                 })  # fmt: skip
     finally:
         engine.clear()

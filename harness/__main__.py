@@ -59,15 +59,14 @@ def main(cfg: DictConfig) -> str:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     except KeyboardInterrupt:
-        from harness import engine, results, server
+        from harness import live, results
 
         print(
             f"interrupted: job {results.job_name(cfg)} stopped; finished jobs are kept in "
             f"{results.sweep_dir(cfg)}",
             file=sys.stderr,
         )
-        engine.clear()  # its processes never saw the SIGINT (harness.reaper)
-        server.clear()
+        live.clear()  # engines' and servers' processes never saw the SIGINT (harness.reaper)
         raise SystemExit(130) from None
 
 

@@ -50,7 +50,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from harness import metrics, provenance
+from harness import metrics, provenance, schedule, speculators
 from harness.checks import command
 from harness.files import json_digest, write_text
 
@@ -171,9 +171,7 @@ class Entry:
     @property
     def k_schedule(self) -> str | None:
         """The spec's K schedule as its label (``1-32k0``), None at one K."""
-        from harness.config import schedule_label
-
-        return schedule_label(self.spec.k_schedule) if self.spec.k_schedule else None
+        return schedule.label(self.spec.k_schedule)
 
 
 def speculation_off(entry: Entry) -> Entry:
@@ -201,9 +199,10 @@ def identity(entry: Entry) -> dict[str, Any]:
         "output_tokens": OUTPUT_TOKENS,
         "requests_per_slot": REQUESTS_PER_SLOT,
     }
-    if entry.k > 0 and spec.draft is None:  # earlier files charged these steps to verify
+    if entry.k > 0 and not speculators.get(spec.method).drafts_every_step:
+        # steps without drafts are timed apart (earlier files charged them to verify)
         ident["undrafted_steps"] = UNDRAFTED_STEPS
-    if entry.k > 0 and _has_k0(spec.k_schedule):  # earlier files priced verify steps at
+    if entry.k > 0 and schedule.has_k0(spec.k_schedule):  # earlier files priced verify steps at
         ident["k0_levels"] = K0_LEVELS  # its K = 0 levels (see :func:`stale_schedule`)
     return ident
 
@@ -234,7 +233,7 @@ def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     for cfg in cfgs:
         job = job_entry(cfg)
         wanted.setdefault(job, set()).add(cfg.concurrency)
-        if job.spec.method == "draft_model":
+        if job.k > 0 and speculators.get(job.spec.method).timed_as_target:
             plain = EngineSpec.plain(job.spec.draft, dict(job.spec.settings))
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
         if job.k > 0 and not job.spec.k_schedule and cfg.request_rate is None:
@@ -349,8 +348,9 @@ def calibrate(
     ``baseline`` (K > 0: the live plain engine of the entry's target) is measured right
     before each concurrency, and a cached measurement without it is taken again.
     """
-    from harness import engine as engines
+    from harness import live
     from harness.checks import load_tokenizer
+    from harness.engine import OFFLINE
 
     path = out_dir / f"{cache_key(entry)}.json"
     cached = None if force else read(path)
@@ -364,7 +364,7 @@ def calibrate(
     if not todo:
         return path
     if llm is None:
-        llm = engines.get(entry.spec)[0].llm
+        llm = live.get(OFFLINE, entry.spec)[0].llm
     tokenizer = load_tokenizer(entry.spec.target)
     for concurrency in todo:
         plain = measure(baseline, tokenizer, 0, concurrency).per_unit_s if paired else None
@@ -415,11 +415,9 @@ def on_live_engine(cfg: Any, spec: Any, llm: Any, baseline: Any = None) -> None:
 def schedule_of(record: dict[str, Any]) -> str | None:
     """A record's K schedule label; for files written before records named it, read from
     the engine arguments in its identity."""
-    from harness.config import schedule_label
-
     if "k_schedule" in record:
         return record["k_schedule"]
-    return schedule_label(_ranges(record) or None)
+    return schedule.label(_ranges(record))
 
 
 def save(path: Path, record: dict[str, Any]) -> Path:
@@ -452,19 +450,13 @@ def table(sweep_dir: Path) -> list[dict[str, Any]]:
 
 def stale_schedule(record: dict[str, Any]) -> bool:
     """A K schedule's file written before its K = 0 levels were timed per token."""
-    has_k0 = record.get("k", 0) > 0 and _has_k0(_ranges(record))
+    has_k0 = record.get("k", 0) > 0 and schedule.has_k0(_ranges(record))
     return has_k0 and "k0_levels" not in record["identity"]
-
-
-def _has_k0(ranges: Iterable[Sequence[int]]) -> bool:
-    """Whether a K schedule's ranges turn speculation off at some batch size."""
-    return any(k == 0 for *_, k in ranges)
 
 
 def _ranges(record: dict[str, Any]) -> list[list[int]]:
     """The K schedule ranges in a record's engine arguments ([] at one K)."""
-    speculative = record.get("identity", {}).get("llm_kwargs", {}).get("speculative_config")
-    return (speculative or {}).get("num_speculative_tokens_per_batch_size") or []
+    return schedule.of_llm_kwargs(record.get("identity", {}).get("llm_kwargs", {}))
 
 
 def planned_configs(overrides: list[str]) -> list[Any]:
@@ -493,7 +485,7 @@ def planned_configs(overrides: list[str]) -> list[Any]:
 
 def run(overrides: list[str]) -> list[Path]:
     """Calibrate every engine spec of the planned sweep; returns the files written or reused."""
-    from harness import engine, results
+    from harness import live, results
 
     cfgs = planned_configs(overrides)
     sweep = results.sweep_dir(cfgs[0])
@@ -504,7 +496,7 @@ def run(overrides: list[str]) -> list[Path]:
             for entry, concurrencies in entries(cfgs).items()
         ]
     finally:
-        engine.clear()  # before the interpreter exits: no "engine core exited" warning
+        live.clear()  # before the interpreter exits: no "engine core exited" warning
 
 
 @command(doc=__doc__)

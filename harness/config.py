@@ -17,30 +17,19 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
+from harness import schedule, speculators
+from harness.errors import ConfigError, DatasetError  # noqa: F401 (the schemas' errors)
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 DIFFICULTIES = ("easy", "medium", "hard")
 PROMPT_STYLES = ("direct", "cot", "cod")
-# vLLM speculative methods (SpeculativeConfig.method): those that load a checkpoint (the
-# variant's ``draft``: a draft model, or a head over the target's hidden states) and those
-# that load none (prompt lookup; the target's own multi-token-prediction layers)
-CHECKPOINT_METHODS = ("draft_model", "eagle3", "eagle", "medusa", "dflash")
-MODEL_FREE_METHODS = ("ngram", "mtp")
-SPEC_METHODS = CHECKPOINT_METHODS + MODEL_FREE_METHODS
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")  # vLLM's SpeculativeConfig.draft_sample_method
 # interleaved: a plain engine of the job's target runs the same problems alongside
 # (``harness.pairing``); sequential: the job's engine alone
 PAIRINGS = ("interleaved", "sequential")
 # offline: ``vllm.LLM`` in this process; server: vLLM's OpenAI-compatible server over HTTP
 BACKENDS = ("offline", "server")
-
-
-class ConfigError(ValueError):
-    """A bad config value; the message names the key and the value."""
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be loaded as configured; the message says what to set."""
 
 
 @dataclass
@@ -69,9 +58,7 @@ class VariantConfig:
     target: str = MISSING  # base | cot | cod
     draft: str | None = None  # a key of models.drafts (a draft model or a head), or None
     prompt_style: str = MISSING  # direct | cot | cod
-    # the speculator (SPEC_METHODS): draft_model, eagle3, eagle, medusa, dflash load ``draft``;
-    # ngram and mtp load nothing
-    method: str = "draft_model"
+    method: str = "draft_model"  # the speculator family (harness.speculators.METHODS)
 
 
 @dataclass
@@ -110,9 +97,9 @@ class SpecConfig:
     prompt_lookup_max: int = 4  # ngram: longest n-gram matched against the context
     prompt_lookup_min: int = 2  # ngram: shortest
     draft_sample_method: str = "greedy"  # how the draft proposes: greedy | probabilistic
-    # K by batch size, vLLM's num_speculative_tokens_per_batch_size: [[first, last, K], ...]
-    # (inclusive batch-size ranges from 1; each K <= k, 0 = no drafts); None = k always
-    k_schedule: list[list[int]] | None = None
+    # K by batch size (harness.schedule): [[first, last, K], ...]; None = k always. Any, not
+    # list[list[int]]: a bad entry gets schedule.check's one line, not Hydra's traceback
+    k_schedule: Any = None
 
 
 @dataclass
@@ -308,11 +295,6 @@ def check_overrides(overrides: list[str]) -> None:
                 raise ConfigError(f"{key}={value}: expected {_expected(node)}") from None
 
 
-def has_speculator(variant: Any) -> bool:
-    """True when the variant can speculate (spec.k > 0): a checkpoint or a model-free method."""
-    return variant.draft is not None or variant.method in MODEL_FREE_METHODS
-
-
 def check(ok: bool, key: str, value: Any, why: str) -> None:
     """Raise ``ConfigError("<key>=<value>: <why>")`` unless ``ok``."""
     if not ok:
@@ -357,31 +339,6 @@ def check_parallelism(engine: Any, gpus: int | None = None) -> None:
     )
 
 
-def check_k_schedule(k: int, schedule: list[list[int]]) -> None:
-    """A K schedule vLLM accepts (its own validator), whose every K is at most ``k``.
-
-    Raises:
-        ConfigError: naming the schedule and what is wrong with it.
-    """
-    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
-
-    shown = str(schedule).replace(" ", "")
-    check(k > 0, "spec.k_schedule", shown, "needs spec.k > 0 (the largest K it may choose)")
-    try:
-        parsed = validate_and_normalize_dynamic_sd_schedule(schedule)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"spec.k_schedule={shown}: {exc}") from None
-    top = max(entry[2] for entry in parsed)
-    check(top <= k, "spec.k_schedule", shown, f"chooses K={top} above spec.k={k}")
-
-
-def schedule_label(schedule: Any) -> str | None:
-    """A K schedule as ``1-4k3_5-32k0`` (batch sizes 1-4 at K = 3, 5-32 at K = 0)."""
-    if schedule is None:
-        return None
-    return "_".join(f"{first}-{last}k{k}" for first, last, k in schedule)
-
-
 def validate(cfg: Any) -> None:
     """Check ranges and cross-field rules of a composed job config.
 
@@ -395,28 +352,19 @@ def validate(cfg: Any) -> None:
         cfg.sweep,
         "must be a folder name inside results_dir (no path)",
     )
-    check_choice("variant.method", cfg.variant.method, SPEC_METHODS)
+    speculators.of(cfg.variant).validate(cfg)
     check(
-        cfg.variant.method in CHECKPOINT_METHODS or cfg.variant.draft is None,
-        "variant.draft",
-        cfg.variant.draft,
-        f"method {cfg.variant.method} loads no draft model; set variant.draft=null",
-    )
-    check(
-        cfg.spec.k == 0 or has_speculator(cfg.variant),
+        cfg.spec.k == 0 or speculators.can_speculate(cfg.variant),
         "spec.k",
         cfg.spec.k,
         f"variant {cfg.variant.name} has no draft model and no model-free method; "
         "use spec.k=0 or a *_sd / *_ngram / *_eagle3 variant",
     )
     if cfg.spec.k_schedule is not None:
-        check_k_schedule(cfg.spec.k, OmegaConf.to_container(cfg.spec.k_schedule))
-    check(
-        1 <= cfg.spec.prompt_lookup_min <= cfg.spec.prompt_lookup_max,
-        "spec.prompt_lookup_min",
-        cfg.spec.prompt_lookup_min,
-        f"must be between 1 and spec.prompt_lookup_max={cfg.spec.prompt_lookup_max}",
-    )
+        ranges = cfg.spec.k_schedule
+        schedule.check(
+            cfg.spec.k, OmegaConf.to_object(ranges) if OmegaConf.is_config(ranges) else ranges
+        )
     check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
     check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")
     check(cfg.warmup >= 0, "warmup", cfg.warmup, "must be >= 0 (0 = no warm-up)")

@@ -1,13 +1,10 @@
-"""vLLM engines: what determines one (EngineSpec) and the one-engine-per-process cache.
+"""vLLM engines: what determines one (EngineSpec) and how one starts and shuts down.
 
 An engine is ``vllm.LLM(target, speculative_config={"method": ..., ...})`` built from
-an :class:`EngineSpec`; the method is one of vLLM's (``config.SPEC_METHODS``): a draft
-model, a head over the target's hidden states (EAGLE-3, ...) or model-free (ngram).
-Jobs of a multirun that share a spec (different datasets, seeds, limits, temperatures,
-concurrency) reuse one engine; :func:`get_all` keeps the live engines a job asks for (an
-interleaved job asks for two: its own and its target's plain engine) and shuts the others
-down first, so their memory returns. Seeds are per request (``SamplingParams.seed``), so
-they are not part of the spec. :func:`clear` shuts down every live engine (tests call it).
+an :class:`EngineSpec`; the method is a speculator family of :mod:`harness.speculators`.
+Seeds are per request (``SamplingParams.seed``), so they are not part of the spec. Live
+engines are backends of kind :data:`OFFLINE` in the one cache, :mod:`harness.live`, which
+keeps, stops and starts them (:func:`get_all`: an interleaved job asks for two engines).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness import reaper
+from harness import live, reaper, schedule, speculators
 from harness.checks import resolve_model
 
 # Per-step accepted/drafted arrays make rejection_tokens possible; cost: two ints per step.
@@ -43,8 +40,8 @@ class EngineSpec:
     draft: str | None  # the draft model or head; None when k == 0 or the method loads none
     k: int
     settings: tuple[tuple[str, Any], ...]  # the ``engine`` config group, sorted
-    method: str | None = None  # vLLM speculative method (config.SPEC_METHODS); None at k == 0
-    # ngram: prompt lookup sizes; the others: draft_sample_method
+    method: str | None = None  # vLLM speculative method (speculators.METHODS); None at k == 0
+    # the family's own keys of speculative_config (harness.speculators: Speculator.options)
     method_options: tuple[tuple[str, Any], ...] = ()
     # K by batch size (num_speculative_tokens_per_batch_size); () = k at every batch size
     k_schedule: tuple[tuple[int, int, int], ...] = ()
@@ -56,14 +53,7 @@ class EngineSpec:
 
         k, method = cfg.spec.k, cfg.variant.method
         draft = cfg.models.drafts[cfg.variant.draft] if k > 0 and cfg.variant.draft else None
-        options = {}
-        if k > 0 and method == "ngram":
-            options = {
-                "prompt_lookup_max": cfg.spec.prompt_lookup_max,
-                "prompt_lookup_min": cfg.spec.prompt_lookup_min,
-            }
-        elif k > 0:
-            options = {"draft_sample_method": cfg.spec.draft_sample_method}
+        options = speculators.get(method).options(cfg.spec) if k > 0 else {}
         settings = OmegaConf.to_container(cfg.engine, resolve=True)
         schedule = cfg.spec.k_schedule if k > 0 else None
         return cls(
@@ -101,13 +91,7 @@ class EngineSpec:
     def k_at(self, batch: int) -> int:
         """The K this engine drafts with ``batch`` requests in flight: vLLM's own lookup of
         its K schedule (a range's K holds through a gap and the tail, capped at ``k``)."""
-        if not self.k_schedule:
-            return self.k
-        from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
-
-        batches = dict(self.settings)["max_num_seqs"]
-        ranges = [list(e) for e in self.k_schedule]
-        return build_dynamic_sd_schedule_lookup(ranges, batches, self.k)[batch]
+        return schedule.k_at(self.k_schedule, self.k, dict(self.settings)["max_num_seqs"], batch)
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``vllm.LLM`` for this spec."""
@@ -162,54 +146,26 @@ class Engine:
     watchdog: subprocess.Popen  # kills the engine's processes if this process is killed
 
 
-_live: list[Engine] = []
-_launches = 0
-
-
-def launches() -> int:
-    """Engines started in this process so far."""
-    return _launches
-
-
 def get(spec: EngineSpec) -> tuple[Engine, bool]:
     """The engine for ``spec`` and whether it was reused (:func:`get_all` of one spec)."""
-    return get_all((spec,))[0]
+    return live.get(OFFLINE, spec)
 
 
 def get_all(specs: Sequence[EngineSpec]) -> list[tuple[Engine, bool]]:
     """One live engine per entry of ``specs`` (a spec listed twice gets two instances) and
-    whether each was reused; live engines not asked for shut down first, so their memory
-    returns before a new one starts (each started engine is warmed up). Only the engine
-    started last keeps vLLM's engine counters (``LLM.get_metrics``)."""
-    global _live
-    keep: list[Engine] = []
-    for engine in _live:
-        wanted = sum(s == engine.spec for s in specs) - sum(e.spec == engine.spec for e in keep)
-        if wanted > 0:
-            keep.append(engine)
-    for engine in _live:
-        if all(engine is not e for e in keep):
-            _shutdown(engine)
-    _live = keep
-    out: list[tuple[Engine, bool] | None] = [None] * len(specs)
-    free = list(keep)
-    for i, spec in enumerate(specs):
-        engine = next((e for e in free if e.spec == spec), None)
-        if engine is not None:
-            free.remove(engine)
-            out[i] = (engine, True)
-    # the first spec starts last: a new engine unregisters the Prometheus counters of the
-    # engines before it (vLLM keeps one set per process), and the job reads its own
-    for i in reversed(range(len(specs))):
-        if out[i] is None:
-            engine = _start(specs[i])
-            _live.append(engine)
-            out[i] = (engine, False)
-    return [item for item in out if item is not None]
+    whether each was reused, by :func:`harness.live.get_all`'s rule (each started engine is
+    warmed up). Only the engine started last keeps vLLM's engine counters
+    (``LLM.get_metrics``)."""
+    return live.get_all(OFFLINE, specs)
 
 
-def _start(spec: EngineSpec) -> Engine:
-    global _launches
+def clear() -> None:
+    """Stop every live backend (:func:`harness.live.clear`) and release its memory."""
+    live.clear()
+
+
+def _start(spec: EngineSpec, _same: int = 0) -> Engine:
+    """Start an engine for ``spec`` and warm it up."""
     from vllm import LLM, SamplingParams
 
     for name, value in environment(spec).items():
@@ -230,7 +186,6 @@ def _start(spec: EngineSpec) -> Engine:
         raise
     warmup = SamplingParams(temperature=0.0, max_tokens=WARMUP_TOKENS, ignore_eos=True)
     llm.generate([{"prompt_token_ids": [0, 1, 2, 3]}], warmup, use_tqdm=False)
-    _launches += 1
     return Engine(spec, llm, time.perf_counter() - tic, watchdog)
 
 
@@ -266,15 +221,8 @@ def _interruptible_start(keep: set[int]) -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def clear() -> None:
-    """Shut down every live engine and release its memory."""
-    global _live
-    engines, _live = _live, []
-    for engine in engines:
-        _shutdown(engine)
-
-
 def _shutdown(engine: Engine) -> None:
+    """Shut an engine down: its processes, its watchdog, then its memory."""
     engine.llm.llm_engine.engine_core.shutdown()
     reaper.stop(engine.watchdog)
     del engine
@@ -283,3 +231,6 @@ def _shutdown(engine: Engine) -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+OFFLINE = live.Kind("offline", start=_start, stop=_shutdown)  # backends of vllm.LLM

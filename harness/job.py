@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness import calibrate, metrics, provenance, results, server
-from harness import engine as engines
+from harness import calibrate, live, metrics, provenance, results, server
 from harness.config import ConfigError
 from harness.datasets import DatasetError
+from harness.engine import OFFLINE
 from harness.files import key_digest
 from harness.records import RequestRecord, RunSummary
 from harness.runner import Offline, PreparedJob, prepare, run, warm_up
@@ -98,7 +98,8 @@ def summarize(
 @dataclass(frozen=True)
 class Started:
     """How a job got its engine or server: seconds to start it (0 when reused), whether it
-    was reused, and the engines or servers this process has started so far."""
+    was reused, and the backends of its kind (engines or servers) this process has started
+    so far."""
 
     start_s: float
     reused: bool
@@ -134,12 +135,12 @@ Outcome = tuple[list[RequestRecord], float, metrics.SpecCounts | None, Started, 
 
 def _offline(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
     """The job on live ``vllm.LLM`` engines (its own, and its baseline when interleaved),
-    calibrated and watched by the drift sentinel; on any error every engine shuts down."""
-    server.clear()
-    live = engines.get_all(job.specs)
-    (engine, reused), baseline = live[0], (live[1][0].llm if len(live) > 1 else None)
+    calibrated and watched by the drift sentinel; on any error every engine shuts down.
+    Asking the live cache for them stops any other backend, a server too."""
+    got = live.get_all(OFFLINE, job.specs)
+    (engine, reused), baseline = got[0], (got[1][0].llm if len(got) > 1 else None)
     try:
-        for llm in (engine.llm, baseline)[: len(live)]:
+        for llm in (engine.llm, baseline)[: len(got)]:
             warm_up(job, Offline(llm))
         if cfg.calibrate:
             calibrate.on_live_engine(cfg, job.spec, engine.llm, baseline)
@@ -148,33 +149,36 @@ def _offline(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
         records, wall_s, counts = run(job, Offline(engine.llm), progress, pair)
         reference.end()
     except BaseException:
-        engines.clear()
+        live.clear()
         raise
     # a later engine start reset the job engine's counters (vLLM keeps one set per process)
-    lost = reused and not all(r for _, r in live[1:])
-    started = Started(engine.start_s, reused, engines.launches())
+    lost = reused and not all(r for _, r in got[1:])
+    started = Started(engine.start_s, reused, live.launches(OFFLINE))
     return records, wall_s, None if lost else counts, started, reference.to_row()
 
 
 def _on_server(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
     """The job against vLLM servers started for its specs (its own, and its baseline's
     when interleaved; reused across the jobs of a spec, their logs beside the results),
-    or against the server at ``server.url``."""
-    engines.clear()
+    or against the server at ``server.url``. Asking the live cache for its servers stops
+    any other backend, an offline engine too; a job on someone's server asks for none."""
     if cfg.server.url:
-        live = [(server.connect(cfg.server.url), True)]
+        live.clear()
+        got = [(server.connect(cfg.server.url), True)]
     else:
         logs = results.sweep_dir(cfg) / results.SERVER_LOGS
-        live = server.get_all(job.specs, logs, cfg.server.start_timeout_s)
-    (own, reused), baseline = live[0], (live[1][0] if len(live) > 1 else None)
+        timeout_s = cfg.server.start_timeout_s
+        got = live.get_all(server.SERVER, job.specs, log_dir=logs, timeout_s=timeout_s)
+    (own, reused), baseline = got[0], (got[1][0] if len(got) > 1 else None)
     try:
-        for backend in (own, baseline)[: len(live)]:
+        for backend in (own, baseline)[: len(got)]:
             warm_up(job, backend)
         records, wall_s, counts = run(job, own, progress, baseline)
     except BaseException:
-        server.clear()
+        live.clear()
         raise
-    return records, wall_s, counts, Started(own.start_s, reused, server.launches()), None
+    started = Started(own.start_s, reused, live.launches(server.SERVER))
+    return records, wall_s, counts, started, None
 
 
 def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> RunSummary | None:

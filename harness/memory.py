@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harness import speculators
 from harness.checks import model_config
-from harness.config import ConfigError
+from harness.errors import ConfigError
 
 GB = 1e9
 OVERHEAD_GB = 2.0
@@ -231,10 +232,11 @@ def preflight(
         return f"memory check skipped: engine.device={engine['device']}"
     target = load_model(spec.target, engine["dtype"], bases[0])
     draft = load_model(spec.draft, engine["dtype"], bases[1]) if spec.draft else None
-    if draft is None and spec.draft and spec.method != "draft_model" and target is not None:
-        # a head not on disk: one decoder layer of its target's shape, the target's vocab
-        draft = ModelMemory(spec.draft, replace(target.arch, layers=1), target.dtype_bytes,
-                            "as one layer of the target")  # fmt: skip
+    layers = speculators.get(spec.method).unbuilt_layers if spec.method else None
+    if draft is None and spec.draft and layers and target is not None:
+        # a checkpoint not on disk sized as layers of its target's shape, the target's vocab
+        draft = ModelMemory(spec.draft, replace(target.arch, layers=layers), target.dtype_bytes,
+                            f"as {layers} layer{'s' * (layers > 1)} of the target")  # fmt: skip
     unknown = [n for n, m in ((spec.target, target), (spec.draft, draft)) if n and m is None]
     if target is None or unknown:
         return f"memory check skipped: no local or cached config.json for {unknown[0]}"

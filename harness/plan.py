@@ -17,13 +17,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import memory
-from harness.checks import check_head, check_mtp, check_vocab_sizes, looks_local, model_config
-from harness.config import ConfigError
+from harness import memory, speculators
+from harness.checks import looks_local, model_config
 from harness.datasets import load_problems
 from harness.engine import EngineSpec
 from harness.results import job_name
-from harness.runner import runs_alone
+from harness.runner import choose_engines
 from harness.server import HOST, server_args
 from harness.sweeper import Plan
 
@@ -43,8 +42,7 @@ def requests_of(cfg: Any) -> tuple[int | None, bool]:
 def _bases(cfg: Any) -> tuple[str | None, str | None]:
     """The base target and draft: the architecture of trained models not built yet (a head
     has no base: ``harness.memory`` sizes an unbuilt one as a layer of its target)."""
-    draft = cfg.models.drafts.get("base") if cfg.variant.method == "draft_model" else None
-    return cfg.models.targets.get("base"), draft
+    return cfg.models.targets.get("base"), speculators.of(cfg.variant).unbuilt_base(cfg)
 
 
 def _missing(spec: EngineSpec) -> list[str]:
@@ -53,24 +51,20 @@ def _missing(spec: EngineSpec) -> list[str]:
 
 def pair_lines(spec: EngineSpec, cfg: Any) -> list[str]:
     """How an interleaved job's engine shares its device with its baseline (the target's
-    plain engine): each engine's memory, or why the pair falls back to sequential."""
-
+    plain engine): each engine's memory, or why the job runs alone
+    (:func:`harness.runner.choose_engines` decides)."""
     if cfg.pairing != "interleaved":
         return ["  pairing: sequential (the K = 0 run is the baseline)"]
-    if why := runs_alone(cfg):
-        return [f"  pairing: sequential ({why}; the K = 0 run is the baseline)"]
-    plain = EngineSpec.baseline(cfg)
+    engines = choose_engines(cfg, _bases(cfg))
+    if engines.baseline is None:
+        return [f"  pairing: sequential ({engines.alone}; the K = 0 run is the baseline)"]
     what = (
         "a second instance of itself (the A/A check)"
-        if plain == spec
+        if EngineSpec.baseline(cfg) == spec
         else "its target's plain engine"
     )
     lines = [f"  pairing: interleaved with {what}"]
-    for name, s in (("this engine", spec.sharing(2)), ("baseline", plain.sharing(2))):
-        try:
-            est = memory.preflight(s, cfg.concurrency, _bases(cfg))
-        except ConfigError as exc:
-            return [*lines, f"  pairing: the pair does not fit ({exc}); its jobs run sequential"]
+    for name, est in zip(("this engine", "baseline"), engines.estimates, strict=True):
         if not isinstance(est, str):
             lines.append(f"    {name} beside the other: {est.line()}")
     return lines
@@ -81,7 +75,7 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
 
     Raises:
         ConfigError: the engine cannot fit its GPU, or the speculator does not match the
-            target (:func:`harness.checks.check_speculator`).
+            target (its family's ``plan_check``).
     """
     served = cfgs[0].backend == "server"
     if served and cfgs[0].server.url:
@@ -104,19 +98,12 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
     else:
         lines.append(f"  memory at concurrency {concurrency}: {est.line()}")
         lines.append(f"    from {est.basis}")
-    if spec.method == "draft_model":
-        lines.append(f"  {check_vocab_sizes(spec.target, spec.draft) or 'vocab sizes match'}")
-    elif spec.method == "mtp":
-        check_mtp(spec.target)
-        lines.append(
-            "  the target declares multi-token-prediction layers (or its config is not on disk)"
-        )
-    elif spec.draft is not None:  # an unbuilt trained target has its base's shapes
+    if spec.method is not None:  # an unbuilt trained target has its base's shapes
         base = _bases(cfgs[0])[0]
         shapes = None if model_config(spec.target) or base is None else base
         config = shapes and (model_config(shapes) or memory.PUBLISHED.get(shapes))
-        said = f" (target shapes of {shapes})" if config else ""
-        lines.append(f"  {check_head(spec.target, spec.draft, spec.method, config)}{said}")
+        checked = speculators.get(spec.method).plan_check(spec.target, spec.draft, config)
+        lines += [f"  {checked}"] if checked else []
     return lines + pair_lines(spec, max(cfgs, key=lambda c: c.concurrency))
 
 
@@ -153,7 +140,7 @@ def show(planned: Plan, configs: Mapping[tuple[str, ...], Any], out: Callable = 
     hub = f" (+ {unknown} jobs on hub datasets, not counted)" if unknown else ""
     # an interleaved target adds one engine: its plain baseline (or the A/A instance)
     paired = {EngineSpec.from_config(c).target for c in cfgs
-              if c.pairing == "interleaved" and runs_alone(c) is None}  # fmt: skip
+              if choose_engines(c, _bases(c)).baseline is not None}  # fmt: skip
     lines.append(
         f"\ntotals: {len(cfgs)} job(s), {len(blocks) + len(paired)} engine launch(es), "
         f"{known:,} requests, "

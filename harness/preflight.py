@@ -117,71 +117,6 @@ def steps_per_token(result: dict[str, Any], k: int) -> list[float]:
     return [len(greedy_steps(a, k, end)) / end for a, end in stored(result) if end]
 
 
-def agreement(model: Any, prompt: Sequence[int], output: Sequence[int]) -> list[bool]:
-    """Whether ``model``'s greedy token equals output token j + 1, for j = 0..len(output) - 2."""
-    import torch
-
-    if len(output) < 2:
-        return []
-    ids = torch.tensor([[*prompt, *output[:-1]]])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 :]
-    predicted = logits[1:].argmax(-1).tolist()  # predictions of output tokens 1..n-1
-    return [p == t for p, t in zip(predicted, output[1:], strict=True)]
-
-
-def hidden_states(model: Any, tokens: Sequence[int], layer_ids: Sequence[int]) -> tuple[Any, Any]:
-    """A causal LM's fused hidden states at ``layer_ids`` (id ``i``: the input of layer
-    ``i`` as vLLM counts, the number of layers: the last layer's output before the final
-    norm) and that last output, over ``tokens``: ``([L, len(ids) * hidden], [L, hidden])``."""
-    import torch
-
-    captured: dict[str, Any] = {}
-    hook = model.model.norm.register_forward_hook(
-        lambda _m, args, _o: captured.update(last=args[0])
-    )
-    try:
-        with torch.no_grad():
-            hidden = model(torch.tensor([list(tokens)]), output_hidden_states=True).hidden_states
-    finally:
-        hook.remove()
-    # transformers' last entry is after the final norm; vLLM's id n is before it
-    hidden = (*hidden[:-1], captured["last"])
-    return torch.cat([hidden[i][0] for i in layer_ids], dim=-1), captured["last"][0]
-
-
-def head_agreement(
-    head: Any, target: Any, prompt: Sequence[int], tokens: Sequence[int], depth: int
-) -> list[list[bool]]:
-    """``agree[p][d]``: whether the head's chain starting after token ``p`` of ``tokens``
-    (an output and any continuation) drafts token ``p + 1 + d``, for every ``p`` with a
-    next token; its unroll fed the target's hidden states of prompt + tokens."""
-    import torch
-
-    seq = [*prompt, *tokens]
-    aux, _ = hidden_states(target, seq, head.config.eagle_aux_hidden_state_layer_ids)
-    ids = torch.tensor(seq)
-    with torch.no_grad():  # speculators' shift: position i holds token i + 1, hidden i
-        drafts = head(
-            hidden_states=aux[:-1][None],
-            input_ids=ids[1:][None],
-            document_ids=torch.zeros(1, len(seq) - 1, dtype=torch.long),
-            position_ids=torch.arange(1, len(seq))[None],
-            ttt_steps=depth,
-        )
-    # a chain after output token p reads packed index P + p - 1 (P prompt tokens); depth d
-    # drafts output token p + 1 + d
-    start = len(prompt) - 1
-    return [
-        [
-            int(drafts[d][0, start + p]) == tokens[p + 1 + d]
-            for d in range(depth)
-            if p + 1 + d < len(tokens)
-        ]
-        for p in range(len(tokens) - 1)
-    ]
-
-
 def continuation(model: Any, prompt: Sequence[int], output: Sequence[int], n: int) -> list[int]:
     """``model``'s next ``n`` greedy tokens after prompt + output, past any end-of-sequence."""
     import torch
@@ -213,56 +148,6 @@ def run_prompts(summary: dict[str, Any], problem_ids: Sequence[str]) -> dict[str
     }
 
 
-def is_head(draft: str) -> bool:
-    """Whether ``draft`` is an EAGLE-3 head (a speculators checkpoint), not a draft model."""
-    from harness.checks import model_config
-
-    return (model_config(draft) or {}).get("speculators_model_type") == "eagle3"
-
-
-def _load_head(head: str) -> Any:
-    """An EAGLE-3 head for its unroll on CPU (SDPA attention: flex attention needs CUDA),
-    from its own files alone (speculators' loader also reads the target it was trained on)."""
-    from safetensors.torch import load_file
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-
-    config = Eagle3SpeculatorConfig.from_pretrained(head)
-    config.transformer_layer_config._attn_implementation = "sdpa"
-    model = Eagle3DraftModel(config)
-    weights = {}
-    for path in sorted(Path(head).glob("*.safetensors")):
-        weights |= load_file(path)
-    model.load_state_dict(weights, strict=False)  # the verifier's norm and LM head: unused
-    return model.eval()
-
-
-def _load_draft(draft: str) -> Any:
-    """The draft for teacher-forced passes; one line (ConfigError) when its weights do not
-    load, instead of transformers' load report and traceback."""
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    from harness.config import ConfigError
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        return AutoModelForCausalLM.from_pretrained(draft, dtype="float32").eval()
-    except (OSError, RuntimeError, ValueError) as exc:
-        text = str(exc).strip() or type(exc).__name__
-        why = (
-            "tensor shapes differ from its config.json"
-            if "mismatched_sizes" in text or "size mismatch" in text
-            else text.splitlines()[0]
-        )
-        raise ConfigError(f"draft={draft}: its weights do not load ({why})") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
     """Pre-flight counts of ``draft`` at each K over the K = 0 run in ``run_dir``.
 
@@ -273,44 +158,45 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
     """
     import pyarrow.parquet as pq
 
-    from harness import provenance, results
-    from harness.checks import check_speculator
-    from harness.config import ConfigError
+    from harness import provenance, results, speculators
+    from harness.checks import load_causal_lm
+    from harness.errors import ConfigError
 
     summary = results.read_summary(run_dir)
     if summary is None or summary.get("k") != 0:
         raise ConfigError(f"{run_dir}: not a complete K = 0 run")
-    head = is_head(draft)
-    # as the harness does before a K > 0 run
-    check_speculator("eagle3" if head else "draft_model", summary["target"], draft)
+    family = speculators.of_checkpoint(draft)
+    family.check(summary["target"], draft)  # as the harness does before a K > 0 run
     cols = ["problem_id", "prompt_tokens", "output_token_ids"]
     requests = pq.read_table(run_dir / results.REQUESTS, columns=cols).to_pylist()
     prompts = run_prompts(summary, [r["problem_id"] for r in requests])
-    model = _load_head(draft) if head else _load_draft(draft)
-    target = None  # loaded for a head, or for the first request verified past its end
+    model = family.replay_model(draft)
+    target = None  # loaded for chains, or for the first request verified past its end
     agree, beyond = {}, {}
     for r in requests:
         pid, output = r["problem_id"], r["output_token_ids"]
         prompt = prompts.get(pid)
         if prompt is None or len(prompt) != r["prompt_tokens"]:
             raise ConfigError(f"{run_dir}: cannot render the prompt of {pid} again")
-        if head:
-            target = target or _load_draft(summary["target"])
+        if family.chains:  # every chain start reads the target's hidden states
+            target = target or load_causal_lm(summary["target"], "target")
             more = continuation(target, prompt, output, max(ks))
-            agree[pid] = head_agreement(model, target, prompt, [*output, *more], max(ks))
-            agree[pid] = agree[pid][: max(len(output) - 1, 0)]
+            chains = family.agreement(model, target, prompt, [*output, *more], max(ks))
+            agree[pid] = chains[: max(len(output) - 1, 0)]
             continue
-        agree[pid] = agreement(model, prompt, output)
+        agree[pid] = family.agreement(model, None, prompt, output, max(ks))
         if any(reaches_end(agree[pid], k) for k in ks):
-            target = target or _load_draft(summary["target"])
+            target = target or load_causal_lm(summary["target"], "target")
             more = continuation(target, prompt, output, max(ks))
-            beyond[pid] = agreement(model, prompt, [*output, *more])[len(agree[pid]) :]
+            whole = family.agreement(model, None, prompt, [*output, *more], max(ks))
+            beyond[pid] = whole[len(agree[pid]) :]
     per_k = {}
     for k in ks:
         counts = (replay([*a, *beyond.get(pid, [])], k, len(a)) for pid, a in agree.items())
         per_k[str(k)] = metrics.total_counts(counts).to_row()
-    # a draft model's share of positions it predicts; a head's at its first depth
-    firsts = [x[0] if head else x for a in agree.values() for x in a if not head or x]
+    # a draft model's share of positions it predicts; a chain's at its first depth
+    firsts = [x[0] if family.chains else x for a in agree.values() for x in a
+              if not family.chains or x]  # fmt: skip
 
     def bits(vector: list[bool]) -> str:
         return "".join("1" if x else "0" for x in vector)
@@ -322,7 +208,7 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
         "draft_identity": provenance.model_identity(draft)["digest"],
         "agreement": sum(firsts) / max(len(firsts), 1),
         "ks": per_k,
-        "agree": {pid: depths(a) if head else bits(a) for pid, a in agree.items()},
+        "agree": {pid: depths(a) if family.chains else bits(a) for pid, a in agree.items()},
         "beyond": {pid: bits(b) for pid, b in beyond.items()},
     }
 

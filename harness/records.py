@@ -32,12 +32,12 @@ class JobInfo:
     seed: int
     concurrency: int
     repeat: int = 0  # which run of the job (seed = config seed + repeat)
-    method: str | None = None  # the speculator family (config.SPEC_METHODS); None at k = 0
+    method: str | None = None  # the speculator family (harness.speculators.METHODS); None at k = 0
     draft_sample_method: str | None = None  # greedy | probabilistic (not for ngram)
     pairing: str = "sequential"  # interleaved: a baseline engine ran the same problems alongside
     backend: str = "offline"  # offline (vllm.LLM) | server (vLLM's OpenAI-compatible server)
     request_rate: float | None = None  # open-loop arrivals (requests/s); None = closed loop
-    k_schedule: str | None = None  # K by batch size (config.schedule_label); None = k always
+    k_schedule: str | None = None  # K by batch size (harness.schedule.label); None = k always
 
     def to_row(self) -> dict[str, Any]:
         """Flat dict of the job columns."""

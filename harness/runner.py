@@ -16,16 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from harness import console, memory, metrics, pairing
+from harness import console, memory, metrics, pairing, schedule, speculators
 from harness.arrivals import Load
 from harness.checks import (
     check_model_dir,
     check_prompt_lengths,
     check_spec_len,
-    check_speculator,
     load_tokenizer,
 )
-from harness.config import ConfigError, schedule_label, validate
+from harness.config import ConfigError, validate
 from harness.datasets import load_problems
 from harness.engine import WARMUP_TOKENS, EngineSpec
 from harness.grading import grade
@@ -104,11 +103,11 @@ def job_info(cfg: Any) -> JobInfo:
         repeat=cfg.repeat,
         backend=cfg.backend,
         request_rate=None if cfg.request_rate is None else float(cfg.request_rate),
-        k_schedule=schedule_label(cfg.spec.k_schedule) if cfg.spec.k > 0 else None,
+        k_schedule=schedule.label(cfg.spec.k_schedule) if cfg.spec.k > 0 else None,
         method=cfg.variant.method if cfg.spec.k > 0 else None,
         draft_sample_method=(
             cfg.spec.draft_sample_method
-            if cfg.spec.k > 0 and cfg.variant.method != "ngram"
+            if cfg.spec.k > 0 and speculators.of(cfg.variant).samples_drafts
             else None
         ),
     )
@@ -123,32 +122,48 @@ def runs_alone(cfg: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Engines:
+    """The engines a job runs on: its own and, interleaved, its baseline (the target's plain
+    engine; at K = 0 a second instance of itself), or why it runs alone though interleaved."""
+
+    spec: EngineSpec
+    baseline: EngineSpec | None
+    alone: str | None = None  # pairing=interleaved but alone: why
+    estimates: tuple[Any, ...] = ()  # interleaved: each side's memory estimate (or a note)
+
+
+def choose_engines(cfg: Any, bases: tuple[str | None, str | None] = (None, None)) -> Engines:
+    """The one decision of interleaved or sequential: a pair when ``pairing=interleaved``,
+    the job can have a baseline beside it (:func:`runs_alone`) and both fit one device
+    (each with half of ``gpu_memory_utilization`` on a GPU), else the job's engine alone.
+    ``bases``: the base models of models not built yet (``harness.memory``)."""
+    spec = EngineSpec.from_config(cfg)
+    if cfg.pairing != "interleaved":
+        return Engines(spec, None)
+    if why := runs_alone(cfg):
+        return Engines(spec, None, why)
+    pair = (spec.sharing(2), EngineSpec.baseline(cfg).sharing(2))
+    try:
+        estimates = tuple(memory.preflight(s, cfg.concurrency, bases) for s in pair)
+    except ConfigError as exc:
+        return Engines(spec, None, f"the pair does not fit ({exc})")
+    return Engines(*pair, estimates=estimates)
+
+
 def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
-    """The job's engine spec and, for ``pairing=interleaved``, its baseline's (the target
-    without a speculator), both checked against the memory pre-flight. On a GPU the two
-    share it, each with half of ``gpu_memory_utilization``; a pair that cannot fit, a job
-    of open-loop arrivals and one against ``server.url`` run alone, with one line saying so.
+    """The job's engine spec and its baseline's (:func:`choose_engines`), saying in one line
+    why an interleaved job runs alone.
 
     Raises:
         ConfigError: the job's own engine cannot fit its GPU.
     """
-
-    spec = EngineSpec.from_config(cfg)
-    alone = runs_alone(cfg)
-    if cfg.pairing == "interleaved" and alone:
-        print(f"pairing=interleaved: {alone}; running the job alone (pairing=sequential)")
-    elif cfg.pairing == "interleaved":
-        plain = EngineSpec.baseline(cfg)
-        pair = (spec.sharing(2), plain.sharing(2))
-        try:
-            for s in pair:
-                memory.preflight(s, cfg.concurrency)
-            return pair
-        except ConfigError as exc:
-            print(f"pairing=interleaved: the job and its baseline do not fit together ({exc}); "
-                  "running the job alone (pairing=sequential)")  # fmt: skip
-    memory.preflight(spec, cfg.concurrency)
-    return spec, None
+    engines = choose_engines(cfg)
+    if engines.alone:
+        print(f"pairing=interleaved: {engines.alone}; running the job alone (pairing=sequential)")
+    if engines.baseline is None:
+        memory.preflight(engines.spec, cfg.concurrency)
+    return engines.spec, engines.baseline
 
 
 def prepare(cfg: Any) -> PreparedJob:
@@ -168,7 +183,8 @@ def prepare(cfg: Any) -> PreparedJob:
         check_model_dir(f"models.drafts.{cfg.variant.draft}", info.draft)
     spec, baseline = engine_specs(cfg)
     info = replace(info, pairing="sequential" if baseline is None else "interleaved")
-    check_speculator(spec.method, spec.target, spec.draft)
+    if spec.method is not None:
+        speculators.get(spec.method).check(spec.target, spec.draft)
     tokenizer = load_tokenizer(spec.target)
     requests = []
     for problem in load_problems(cfg.dataset, cfg.limit):

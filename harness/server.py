@@ -1,15 +1,12 @@
 """The server backend: vLLM's OpenAI-compatible server, started per engine spec or reached
-by URL, and the streaming client that sends a job's requests to it.
+by URL (:func:`connect`), and the streaming client that sends a job's requests to it.
 
-:func:`get_all` keeps the live servers a job asks for (``python -m
-vllm.entrypoints.openai.api_server`` with each spec's engine arguments, on a free loopback
-port: the job's own and, when interleaved, its plain target's) and reuses them across the
-jobs of a spec, like ``harness.engine`` does for offline engines. The server runs in its own
-session (a terminal's Ctrl-C reaches only the harness, which stops it) under a
-``harness.reaper`` watchdog (a killed harness leaves no server). :func:`connect` wraps a
-server someone else runs. :meth:`Server.generate` streams completions over HTTP at the
-job's :class:`harness.arrivals.Load`: each request records its send time, its chunks'
-arrival gaps and the per-request speculative metrics the server returns.
+A started server is ``python -m vllm.entrypoints.openai.api_server`` with a spec's engine
+arguments on a free loopback port, in its own session (Ctrl-C reaches only the harness,
+which stops it) under a ``harness.reaper`` watchdog; live ones are backends of kind
+:data:`SERVER` in the one cache, :mod:`harness.live`. :meth:`Server.generate` streams
+completions at the job's :class:`harness.arrivals.Load`, recording each request's send
+time, chunk gaps and speculative metrics.
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import arrivals, metrics, reaper
+from harness import arrivals, live, metrics, reaper
 from harness.engine import ENV, EngineSpec, environment
 from harness.files import key_digest
 from harness.records import Completion
@@ -252,15 +249,6 @@ def _tuple(spec: dict[str, Any] | None, key: str) -> tuple[int, ...] | None:
     return None if values is None else tuple(values)
 
 
-_live: list[Server] = []
-_launches = 0
-
-
-def launches() -> int:
-    """Servers started in this process so far."""
-    return _launches
-
-
 def connect(url: str) -> Server:
     """A server someone else runs, serving its first model (``/v1/models``).
 
@@ -276,39 +264,15 @@ def connect(url: str) -> Server:
     return Server(spec=None, url=url, model=model)
 
 
-def get(spec: EngineSpec, log_dir: Path, timeout_s: float) -> tuple[Server, bool]:
-    """:func:`get_all` of one spec."""
-    return get_all((spec,), log_dir, timeout_s)[0]
-
-
-def get_all(
-    specs: Sequence[EngineSpec], log_dir: Path, timeout_s: float
-) -> list[tuple[Server, bool]]:
-    """One live server per entry of ``specs`` (a spec listed twice gets two) and whether
-    each was reused; live servers not asked for, and servers that died, are stopped first,
-    so their memory returns. Logs go to ``log_dir/server-<spec digest>[-<n>].log``
-    (appended to: a server started again after one died keeps the dead one's lines)."""
-    global _live
-    for dead in [s for s in _live if s.process is not None and s.process.poll() is not None]:
-        stop(dead)
-        _live.remove(dead)
-    free = list(_live)
-    out: list[tuple[Server, bool] | None] = []
-    for spec in specs:
-        found = next((s for s in free if s.spec == spec), None)
-        if found is not None:
-            free.remove(found)
-        out.append(None if found is None else (found, True))
-    for stale in free:
-        stop(stale)
-    _live = [s for s in _live if s not in free]
-    for i, spec in enumerate(specs):
-        if out[i] is None:
-            same = sum(s.spec == spec for s in _live)
-            name = f"server-{key_digest(spec)[:12]}{f'-{same}' if same else ''}.log"
-            _live.append(start(spec, log_dir / name, timeout_s))
-            out[i] = (_live[-1], False)
-    return [item for item in out if item is not None]
+def _launch(spec: EngineSpec, same: int, log_dir: Path, timeout_s: float) -> Server:
+    """:func:`start` as the live cache starts a server: its log is
+    ``log_dir/server-<spec digest>[-<same>].log`` (appended to: a server started again after
+    one died keeps the dead one's lines), and it stops when the harness exits."""
+    name = f"server-{key_digest(spec)[:12]}{f'-{same}' if same else ''}.log"
+    server = start(spec, log_dir / name, timeout_s)
+    if live.launches(SERVER) == 0:
+        atexit.register(live.clear, SERVER)  # a sweep's last server stops with the harness
+    return server
 
 
 def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
@@ -318,7 +282,6 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
         ServerError: it exited while starting (the cause from its log) or stayed
             unhealthy for ``timeout_s``.
     """
-    global _launches
     port = _free_port()
     url = f"http://{HOST}:{port}"
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *server_args(spec)]
@@ -356,9 +319,6 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
     except BaseException:
         stop(server)
         raise
-    if _launches == 0:
-        atexit.register(clear)  # a sweep's last server stops with the harness
-    _launches += 1
     server.start_s = time.perf_counter() - tic
     return server
 
@@ -380,9 +340,9 @@ def stop(server: Server) -> None:
         reaper.stop(server.watchdog)
 
 
-def clear() -> None:
-    """Stop every live server."""
-    global _live
-    servers, _live = _live, []
-    for server in servers:
-        stop(server)
+def _running(server: Server) -> bool:
+    return server.process is None or server.process.poll() is None
+
+
+# started servers; ``live.get_all(SERVER, specs, log_dir=..., timeout_s=...)``
+SERVER = live.Kind("server", start=_launch, stop=stop, running=_running)

@@ -21,10 +21,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from harness.config import ConfigError, has_speculator, validate
+from harness.config import ConfigError, validate
 from harness.engine import EngineSpec
 from harness.files import json_digest
 from harness.results import config_hash, job_name, resolved_config
+from harness.speculators import can_speculate
 
 
 @dataclass(frozen=True)
@@ -80,18 +81,16 @@ def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
             differ only in keys the job name leaves out (they would share a directory).
     """
     for _, cfg in jobs:  # every combination, the ones dropped below too
-        dropped = cfg.spec.k > 0 and not has_speculator(cfg.variant)
+        dropped = cfg.spec.k > 0 and not can_speculate(cfg.variant)
         validate(OmegaConf.merge(cfg, {"spec": {"k": 0}}) if dropped else cfg)
-    runnable = [(list(o), c) for o, c in jobs if c.spec.k == 0 or has_speculator(c.variant)]
+    runnable = [(list(o), c) for o, c in jobs if c.spec.k == 0 or can_speculate(c.variant)]
     draftless = {
-        _baseline_identity(c)
-        for _, c in runnable
-        if c.spec.k == 0 and not has_speculator(c.variant)
+        _baseline_identity(c) for _, c in runnable if c.spec.k == 0 and not can_speculate(c.variant)
     }
     kept = [
         (o, c)
         for o, c in runnable
-        if not (c.spec.k == 0 and has_speculator(c.variant) and _baseline_identity(c) in draftless)
+        if not (c.spec.k == 0 and can_speculate(c.variant) and _baseline_identity(c) in draftless)
     ]
 
     if not kept:

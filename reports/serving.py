@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness import schedule
 from reports.load import CLOSED_LOOP, FIXED_K
 
 CONFIGURATION = ["sweep_id", "variant", "dataset", "k", "concurrency"]
@@ -56,21 +57,6 @@ def crossovers(table: pd.DataFrame) -> pd.DataFrame:
             "hurts_from": lowest(g["speedup_tpot_hi"] < 1),
         })  # fmt: skip
     return pd.DataFrame(out, columns=columns)
-
-
-def _ranges(levels: list[int], best: dict[int, int]) -> list[list[int]]:
-    """vLLM's ``num_speculative_tokens_per_batch_size`` from the best K at each measured
-    batch size: each level's K holds from halfway (geometrically) after the level below
-    to halfway before the level above; neighbours of one K merge."""
-    out: list[list[int]] = []
-    for i, level in enumerate(levels):
-        first = 1 if i == 0 else out[-1][1] + 1
-        last = int(np.sqrt(level * levels[i + 1])) if i + 1 < len(levels) else level
-        if out and out[-1][2] == best[level]:
-            out[-1][1] = last
-        else:
-            out.append([first, max(first, last), best[level]])
-    return out
 
 
 def _off(at: pd.DataFrame) -> float | None:
@@ -121,9 +107,9 @@ def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
         by_level = {int(c): at for c, at in g.groupby("concurrency")}
         predicted = {c: _best_k(by_level[c], "speedup_tpot_predicted") for c in levels}
         measured = {c: _best_k(by_level[c], "speedup_tpot") for c in levels}
-        schedule = _ranges(levels, predicted)
+        ranges = schedule.from_levels(levels, predicted)
         top = int(g["k"].max())
-        shown = str(schedule).replace(" ", "")
+        shown = str(ranges).replace(" ", "")
         out.append({
             **dict(zip(SCHEDULED, key, strict=True)),
             "concurrencies": ", ".join(map(str, levels)),

@@ -73,6 +73,14 @@ def test_default_variants_validate_at_k0(variant):
             "chooses K=5 above spec.k=3",
         ),
         (["variant=cot_sd", "spec.k_schedule=[[1,4,1]]"], "needs spec.k > 0"),
+        *[
+            (["variant=cot_sd", "spec.k=3", f"spec.k_schedule={bad}"], "three integers each")
+            for bad in ("[[1,4]]", "[[1,4,3],[5,8]]", "[[1,4,1.5]]", "[[a,4,3]]", "[1,4,3]", "4")
+        ],
+        (
+            ["variant=cot_sd", "spec.k=3", "spec.k_schedule=[[4,8,3],[1,3,1]]"],
+            r"ranges must be sorted by batch size \(\[\[1,3,1\],\[4,8,3\]\]\)",
+        ),
     ],
 )
 def test_out_of_range_values_name_the_key(overrides, message):

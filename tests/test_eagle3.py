@@ -14,8 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_preflight import assert_replay_equals_vllm, estimate_and_measure
 
-from harness import synth
-from harness.checks import check_head
+from harness import speculators, synth
 from harness.config import ConfigError, compose_config
 from train.config import Eagle3Settings
 from train.eagle3 import accuracy, new_head, target_features, train_head
@@ -89,7 +88,11 @@ def test_the_saved_head_is_what_vllm_loads_as_eagle3(target, head):
     config = json.loads((out / "config.json").read_text())
     assert config["speculators_model_type"] == "eagle3"
     assert config["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]  # all of a 2-layer target
-    assert check_head(str(target), str(out), "eagle3").startswith("eagle3 head matches")
+    assert (
+        speculators.get("eagle3")
+        .plan_check(str(target), str(out))
+        .startswith("eagle3 head matches")
+    )
 
 
 def test_a_head_of_another_width_or_vocabulary_fails_before_any_engine(target, head, tmp_path):
@@ -104,13 +107,13 @@ def test_a_head_of_another_width_or_vocabulary_fails_before_any_engine(target, h
         config["transformer_layer_config"][field] = value
         (bad / "config.json").write_text(json.dumps(config))
         with pytest.raises(ConfigError, match=said):
-            check_head(str(target), str(bad), "eagle3")
+            speculators.get("eagle3").plan_check(str(target), str(bad))
     host = tmp_path / "gpt2"
     host.mkdir()
     config = json.loads((target / "config.json").read_text())
     (host / "config.json").write_text(json.dumps(config | {"architectures": ["GPT2LMHeadModel"]}))
     with pytest.raises(ConfigError, match="cannot host eagle3 heads"):
-        check_head(str(host), str(out), "eagle3")
+        speculators.get("eagle3").plan_check(str(host), str(out))
 
 
 def test_a_head_runs_lossless_through_the_harness_with_acceptance_and_calibration(

@@ -12,7 +12,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from harness import calibrate, metrics, results
+from harness import calibrate, live, metrics, results
 from harness import engine as engines
 from harness.checks import load_tokenizer
 from harness.config import compose_config
@@ -72,7 +72,7 @@ def test_one_launch_per_spec_greedy_speculation_equals_plain_decoding_within_eac
     spec_cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1"])
     plain, spec = EngineSpec.from_config(plain_cfg), EngineSpec.from_config(spec_cfg)
     rss_before, _ = _live_tree()
-    launches = engines.launches()
+    launches = live.launches(engines.OFFLINE)
 
     first, reused = engines.get(plain)
     assert not reused and first.start_s > 0
@@ -88,7 +88,7 @@ def test_one_launch_per_spec_greedy_speculation_equals_plain_decoding_within_eac
     assert not summary.engine_reused and engines.get_all((spec, plain))[0][0].spec == spec
     assert plain_pids < spec_pids  # both engines live
     assert rss_spec > rss_plain + 0.5 * (rss_plain - rss_before)  # two engines, not one
-    assert engines.launches() == launches + 2
+    assert live.launches(engines.OFFLINE) == launches + 2
 
     assert _hashes(spec_cfg) == _hashes(plain_cfg)  # greedy speculation == plain decoding
     assert summary.counter_mismatch is None
@@ -204,17 +204,17 @@ def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
     """The A/A check: K = 0 interleaved runs beside a second instance of the same engine;
     the speculative engine shuts down, the plain one is kept."""
     cfg = compose_config([*overrides, "variant=cot", "max_tokens=16"])
-    live = engines.get_all(
+    before = engines.get_all(
         prepare(compose_config([*overrides, "variant=cot_sd", "spec.k=1"])).specs
     )
     spec_pids = {p.pid for p in psutil.Process().children(recursive=True)}
-    launches = engines.launches()
+    launches = live.launches(engines.OFFLINE)
     summary = run_job(cfg, progress=False)
     assert summary.job.pairing == "interleaved" and summary.engine_reused
-    assert engines.launches() == launches + 1
+    assert live.launches(engines.OFFLINE) == launches + 1
     pair = engines.get_all(prepare(cfg).specs)
     assert [reused for _, reused in pair] == [True, True]
-    assert pair[0][0] is live[1][0] and pair[1][0] is not live[1][0]  # the kept plain engine
+    assert pair[0][0] is before[1][0] and pair[1][0] is not before[1][0]  # the kept plain engine
     now = {p.pid for p in psutil.Process().children(recursive=True)}
     started = now - spec_pids  # the second instance's processes (and its watchdog)
     assert started and any(not _alive(pid) for pid in spec_pids - now)

@@ -99,8 +99,11 @@ def test_plan_of_the_study_prints_engines_memory_and_totals_and_starts_nothing(t
 def test_plan_shows_a_pair_that_cannot_share_its_gpu_falling_back_to_sequential(tmp_path):
     run = harness(tmp_path, *STUDY, "concurrency=16", "plan=true")
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "pairing: the pair does not fit (engine.max_model_len=4096, concurrency=16" in run.stdout
-    assert "its jobs run sequential" in run.stdout
+    assert (
+        "pairing: sequential (the pair does not fit (engine.max_model_len=4096, concurrency=16"
+        in run.stdout
+    )
+    assert "the K = 0 run is the baseline" in run.stdout
 
 
 def test_plan_that_cannot_fit_exits_2_with_one_line(tmp_path):

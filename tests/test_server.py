@@ -4,6 +4,7 @@ that will not start, a killed or interrupted harness)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import pytest
 from test_cli_faults import start_harness
 from test_reaper import all_gone
 
-from harness import arrivals, results, server
+from harness import arrivals, live, results, server
 from harness.config import compose_config
 from harness.engine import EngineSpec
 from harness.job import run_job
@@ -35,7 +36,7 @@ def _rows(cfg) -> list[dict]:
 def overrides(tiny_pair, tmp_path_factory):
     target, draft = tiny_pair
     out = tmp_path_factory.mktemp("server_results")
-    server.clear()
+    live.clear()
     yield [
         f"models.targets.cot={target}",
         f"models.drafts.cot={draft}",
@@ -47,7 +48,7 @@ def overrides(tiny_pair, tmp_path_factory):
         "calibrate=false",
         "pairing=sequential",
     ]
-    server.clear()
+    live.clear()
 
 
 def test_a_server_job_streams_the_offline_engines_tokens_and_acceptance(overrides):
@@ -55,7 +56,8 @@ def test_a_server_job_streams_the_offline_engines_tokens_and_acceptance(override
     run_job(offline, progress=False)
     served = compose_config([*overrides, "backend=server", "concurrency=2"])
     summary = run_job(served, progress=False)
-    assert summary.job.backend == "server" and summary.engine_launches == server.launches() == 1
+    assert summary.job.backend == "server"
+    assert summary.engine_launches == live.launches(server.SERVER) == 1
     # the server's Prometheus counters over the job equal the sum of its requests' metrics
     assert summary.counter_mismatch is None and summary.spec.num_steps > 0
     by_problem = {r["problem_id"]: r for r in _rows(offline)}
@@ -73,7 +75,7 @@ def test_a_server_job_streams_the_offline_engines_tokens_and_acceptance(override
     # the same spec reuses the server; a second job's name says its backend and rate
     rated = compose_config([*overrides, "backend=server", "concurrency=4", "request_rate=inf"])
     again = run_job(rated, progress=False)
-    assert again.engine_reused and server.launches() == 1
+    assert again.engine_reused and live.launches(server.SERVER) == 1
     assert results.job_name(rated).endswith("-c4-server-rpsinf-s0-t0-n4")
     assert {r["output_hash"] for r in _rows(rated)} == {r["output_hash"] for r in rows}
     assert run_job(rated, progress=False) is None  # complete: skipped on a re-run
@@ -81,23 +83,25 @@ def test_a_server_job_streams_the_offline_engines_tokens_and_acceptance(override
 
 def test_a_running_server_is_reached_by_url_without_starting_another(overrides):
     spec_job = compose_config([*overrides, "backend=server"])
-    live, _ = server.get(
-        EngineSpec.from_config(spec_job), results.sweep_dir(spec_job) / results.SERVER_LOGS, 600
-    )
-    launches = server.launches()
-    cfg = compose_config([*overrides, "backend=server", f"server.url={live.url}/", "seed=1"])
-    summary = run_job(cfg, progress=False)
-    assert server.launches() == launches and summary.num_requests == 4
+    log = results.sweep_dir(spec_job) / results.SERVER_LOGS / "by-url.log"
+    theirs = server.start(EngineSpec.from_config(spec_job), log, 600)  # not the harness's
+    launches = live.launches(server.SERVER)
+    try:
+        cfg = compose_config([*overrides, "backend=server", f"server.url={theirs.url}/", "seed=1"])
+        summary = run_job(cfg, progress=False)
+    finally:
+        server.stop(theirs)
+    assert live.launches(server.SERVER) == launches and summary.num_requests == 4
     assert summary.counter_mismatch is None
 
 
 def test_an_interleaved_server_job_pairs_each_request_with_the_plain_targets_server(overrides):
-    launches = server.launches()
+    launches = live.launches(server.SERVER)
     cfg = compose_config([*overrides, "backend=server", "pairing=interleaved", "concurrency=2",
                           "seed=2"])  # fmt: skip
     summary = run_job(cfg, progress=False)
-    # the plain target's server starts beside the job's (live already after the tests above)
-    assert server.launches() - launches == (1 if summary.engine_reused else 2)
+    # the plain target's server starts beside the job's (the job's own may be live already)
+    assert live.launches(server.SERVER) - launches == (1 if summary.engine_reused else 2)
     assert summary.job.pairing == "interleaved" and summary.counter_mismatch is None
     rows = _rows(cfg)
     assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
@@ -106,6 +110,30 @@ def test_an_interleaved_server_job_pairs_each_request_with_the_plain_targets_ser
     rated = compose_config([*overrides, "backend=server", "pairing=interleaved",
                             "request_rate=8", "concurrency=2"])  # fmt: skip
     assert run_job(rated, progress=False).job.pairing == "sequential"  # open loop runs alone
+
+
+def test_an_offline_job_after_a_server_job_leaves_no_server(overrides):
+    """Jobs of one multirun switching backend in one process: the offline job asks the live
+    cache for its engine, which stops the server the job before it ran on."""
+    served = run_job(compose_config([*overrides, "backend=server", "seed=3"]), progress=False)
+    servers = _api_servers()
+    assert served.job.backend == "server" and len(servers) == 1
+    launches = live.launches(server.SERVER)
+    offline = run_job(compose_config([*overrides, "seed=3"]), progress=False)
+    assert offline.job.backend == "offline" and not offline.engine_reused
+    assert _api_servers() == [] and all_gone(servers, 30) == []
+    assert live.launches(server.SERVER) == launches  # launches are counted per kind
+    live.clear()  # the tests below start harnesses of their own
+
+
+def _api_servers() -> list[int]:
+    """The pids of the vLLM servers among this process's descendants."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "vllm.entrypoints.openai.api_server" in " ".join(proc.cmdline()):
+                found.append(proc.pid)
+    return found
 
 
 def test_open_loop_send_times_follow_the_rate_and_burstiness():
@@ -143,8 +171,8 @@ def test_a_dead_server_is_reported_with_its_own_log_lines_not_an_earlier_servers
             [sys.executable, "-c", "print('shutting down'); exit(3)"], stdout=out
         )
     dead.wait()
-    live = server.Server(None, "http://127.0.0.1:9", "m", process=dead, log=log, log_start=start)
-    message = str(live._failure(OSError("connection refused")))
+    gone = server.Server(None, "http://127.0.0.1:9", "m", process=dead, log=log, log_start=start)
+    message = str(gone._failure(OSError("connection refused")))
     assert message.startswith("the vLLM server died (exit code 3): shutting down"), message
     assert "earlier server" not in message
 

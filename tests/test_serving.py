@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from harness import schedule
 from harness.config import compose_config
 from harness.engine import EngineSpec
 from harness.results import job_name
@@ -21,7 +22,7 @@ from reports import serving
     ],
 )
 def test_each_levels_k_holds_to_the_geometric_midpoints(best, expected):
-    assert serving._ranges(sorted(best), best) == expected
+    assert schedule.from_levels(sorted(best), best) == expected
 
 
 def _row(k: int, concurrency: int, predicted: float, measured: float, **extra) -> dict:

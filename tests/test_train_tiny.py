@@ -82,7 +82,7 @@ def test_sft_pads_a_draft_to_its_targets_vocab_size(tmp_path):
     """Qwen2.5-0.5B has fewer embedding rows than Qwen2.5-14B: the draft is padded."""
     import json
 
-    from harness.checks import check_same_vocab
+    from harness.speculators.draft_model import check_same_vocab
     from train.config import SFTSettings, compose_train_config
     from train.sft import sft
 

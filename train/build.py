@@ -43,6 +43,7 @@ from harness.checks import command, config_vocab_size
 from harness.config import ConfigError, compose_config
 from harness.datasets import load_problems
 from harness.files import atomic_dir, replace_dir, write_text
+from harness.speculators.eagle3 import FAMILY as EAGLE3
 from train.config import STYLES, SFTSettings, TrainConfig, compose_train_config
 from train.data import DataLeakError
 from train.gguf import SOURCES, convert
@@ -336,7 +337,7 @@ def eagle3_head(
     with atomic_dir(out_dir) as tmp:
         result = train_head(target.path, answers, cfg.eagle3, tmp)
         write_manifest(tmp, Manifest(
-            role=role, method="eagle3", trained_from=target.path, key=built.key,
+            role=role, method=EAGLE3.method, trained_from=target.path, key=built.key,
             data_hash=data_hash(answers), config=config, steps=result.steps,
             final_loss=result.final_loss, eval_loss=None,
             train_seconds=round(result.train_seconds, 1), examples=len(answers),

@@ -73,8 +73,8 @@ def target_features(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from harness.console import progress
-    from harness.preflight import hidden_states
     from harness.prompts import prompt_token_ids
+    from harness.speculators.eagle3 import hidden_states
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()

@@ -1,0 +1,34 @@
+"""Prompt lookup (``ngram``): model-free drafts copied from the context after an n-gram
+match; it drafts only where it finds one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.speculators.base import Speculator
+
+
+class Ngram(Speculator):
+    method = "ngram"
+    what = "prompt lookup, model-free"
+    loads_checkpoint = False
+    drafts_every_step = False
+    samples_drafts = False
+
+    def options(self, spec: Any) -> dict[str, Any]:
+        return {
+            "prompt_lookup_max": spec.prompt_lookup_max,
+            "prompt_lookup_min": spec.prompt_lookup_min,
+        }
+
+    def validate(self, cfg: Any) -> None:
+        super().validate(cfg)
+        low, high = cfg.spec.prompt_lookup_min, cfg.spec.prompt_lookup_max
+        if not 1 <= low <= high:
+            raise ConfigError(
+                f"spec.prompt_lookup_min={low}: must be between 1 and spec.prompt_lookup_max={high}"
+            )
+
+
+FAMILY = Ngram()
