@@ -1,0 +1,66 @@
+"""The speculator seam: every family behind one registry, each owning its rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import speculators
+from harness.config import ConfigError, compose_config, validate
+from harness.engine import EngineSpec
+
+
+def test_every_family_is_found_and_names_its_own_method():
+    assert {"draft_model", "eagle3", "eagle", "medusa", "dflash", "ngram", "mtp"} <= set(
+        speculators.METHODS
+    )
+    for method, family in speculators.FAMILIES.items():
+        assert family.method == method and family.what
+
+
+def test_an_unknown_method_is_one_line_naming_the_known_ones():
+    with pytest.raises(ConfigError, match=r"variant.method=eagle9: must be one of .*ngram"):
+        speculators.get("eagle9")
+
+
+@pytest.mark.parametrize(
+    ("variant", "options"),
+    [
+        ("cot_sd", {"draft_sample_method": "greedy"}),
+        ("cot_eagle3", {"draft_sample_method": "greedy"}),
+        ("cot_ngram", {"prompt_lookup_max": 4, "prompt_lookup_min": 2}),
+    ],
+)
+def test_a_family_builds_its_own_keys_of_speculative_config(variant, options):
+    cfg = compose_config([f"variant={variant}", "spec.k=3"])
+    validate(cfg)
+    spec = EngineSpec.from_config(cfg).llm_kwargs()["speculative_config"]
+    assert spec["method"] == cfg.variant.method and spec["num_speculative_tokens"] == 3
+    assert {k: v for k, v in spec.items() if k in options} == options
+    assert set(spec) - set(options) <= {"method", "num_speculative_tokens", "model"}
+
+
+def test_model_free_families_load_no_checkpoint_and_draft_only_on_a_match():
+    ngram, mtp, draft = (speculators.get(m) for m in ("ngram", "mtp", "draft_model"))
+    assert not ngram.loads_checkpoint and ngram.can_speculate(None)
+    assert not ngram.drafts_every_step and draft.drafts_every_step
+    assert not draft.can_speculate(None) and draft.can_speculate("cot")
+    assert not mtp.loads_checkpoint
+
+
+def test_a_checkpoint_is_recognised_by_its_family(tmp_path):
+    head, model = tmp_path / "head", tmp_path / "draft"
+    for path, config in (
+        (head, {"speculators_model_type": "eagle3", "transformer_layer_config": {}}),
+        (model, {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 10}),
+    ):
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(config))
+    assert speculators.of_checkpoint(str(head)).method == "eagle3"
+    assert speculators.of_checkpoint(str(model)).method == "draft_model"
+
+
+def test_a_family_without_a_replay_says_so(tmp_path):
+    with pytest.raises(ConfigError, match="method ngram has no pre-flight replay"):
+        speculators.get("ngram").replay_model(str(tmp_path))
