@@ -9,6 +9,7 @@ import pytest
 from harness import speculators
 from harness.config import ConfigError, compose_config, validate
 from harness.engine import EngineSpec
+from harness.speculators import suffix
 
 
 def test_every_family_is_found_and_names_its_own_method():
@@ -64,3 +65,17 @@ def test_a_checkpoint_is_recognised_by_its_family(tmp_path):
 def test_a_family_without_a_replay_says_so(tmp_path):
     with pytest.raises(ConfigError, match="method ngram has no pre-flight replay"):
         speculators.get("ngram").replay_model(str(tmp_path))
+
+
+def test_suffix_decoding_is_a_model_free_family_that_names_its_package():
+    cfg = compose_config(["variant=cot_suffix", "spec.k=8"])
+    validate(cfg)
+    spec = EngineSpec.from_config(cfg).llm_kwargs()["speculative_config"]
+    assert spec == {"method": "suffix", "num_speculative_tokens": 8}
+    family = speculators.get("suffix")
+    assert not family.loads_checkpoint and not family.drafts_every_step
+    if suffix.installed():
+        assert family.plan_check("target", None) == "arctic_inference is installed"
+    else:
+        with pytest.raises(ConfigError, match="the arctic_inference package is not installed"):
+            family.plan_check("target", None)
