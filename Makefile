@@ -25,7 +25,7 @@ else
   VLLM_KIND := $(VLLM)
 endif
 
-.PHONY: help install test test-fast lint format sweep serve report simulate models data data-report bench peers clean
+.PHONY: help install install-suffix test test-fast lint format sweep serve report simulate models data data-report bench peers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -55,12 +55,31 @@ endif
 	@touch $@
 	@echo "installed into $(VENV) (vLLM for $(VLLM_KIND))"
 
+# Suffix decoding (method: suffix) needs arctic_inference, which PyPI ships as source only: its
+# C++ build pins a protobuf older than vLLM's, so it is built in a throwaway venv and only its
+# wheel is installed (--no-deps). Its vLLM plugin does nothing unless ARCTIC_INFERENCE_ENABLED.
+ARCTIC_VERSION := 0.3.0
+SUFFIX_STAMP := $(VENV)/.suffix.stamp
+BUILD_VENV := $(VENV)/.arctic-build
+
+install-suffix: $(SUFFIX_STAMP) ## build and install arctic_inference for suffix decoding (a C++ build); a no-op when done
+
+$(SUFFIX_STAMP): $(STAMP)
+	rm -rf $(BUILD_VENV) && python3 -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/pip install -q "torch==$$($(PY) -c 'import torch; print(torch.__version__.split("+")[0])')" \
+	  cmake ninja nanobind==2.9.2 protobuf==5.29.6 grpcio-tools setuptools wheel
+	CMAKE_PREFIX_PATH=$$($(BUILD_VENV)/bin/python -m nanobind --cmake_dir) $(BUILD_VENV)/bin/pip wheel -q \
+	  --no-build-isolation --no-deps -w $(BUILD_VENV)/wheel arctic-inference==$(ARCTIC_VERSION)
+	$(PY) -m pip install -q --no-deps $(BUILD_VENV)/wheel/arctic_inference-*.whl
+	rm -rf $(BUILD_VENV)
+	@touch $@
+
 # Test files run in TEST_WORKERS processes (pytest-xdist), each file whole in one of them
 # (its module fixtures and engines are shared); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-test: install ## run the whole test suite (unit + real-vLLM integration tests)
+test: install install-suffix ## run the whole test suite (unit + real-vLLM integration tests)
 	$(PYTEST) $(ARGS)
 
 test-fast: install ## run the tests that start no engine and train nothing
@@ -90,7 +109,7 @@ PLAN := $(filter plan=true,$(ARGS))
 # without ARGS, the default experiment's sweep).
 sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override with ARGS="..."), calibrate its engines, then its report
 	$(PY) -m harness -m $(ARGS)
-	$(if $(PLAN),,$(PY) -m harness.calibrate $(ARGS))
+	$(if $(PLAN),,$(PY) -m harness.sweep.calibrate $(ARGS))
 	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) $(or $(ARGS),experiment=$(EXPERIMENT)))
 
 # A serving sweep against a vLLM server: conf/serving/<experiment>.yaml's request rates,
@@ -100,10 +119,10 @@ SERVE_SWEEP := $(EXPERIMENT)-serving
 serve: install $(if $(PLAN),,models) ## run a serving sweep (request rates and concurrencies against a vLLM server, the recommended K schedule), then its report
 	$(PY) -m harness -m serving=$(EXPERIMENT) $(ARGS)
 	$(PY) -m harness -m serving=$(EXPERIMENT)_batch $(ARGS)
-	$(if $(PLAN),,$(PY) -m harness.calibrate serving=$(EXPERIMENT)_batch $(ARGS))
+	$(if $(PLAN),,$(PY) -m harness.sweep.calibrate serving=$(EXPERIMENT)_batch $(ARGS))
 	$(if $(PLAN),,set -o pipefail; $(PY) -m reports --k-schedules --bootstrap 200 sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)) \
 	  | while read -r schedule; do $(PY) -m harness -m serving=$(EXPERIMENT)_batch $$schedule $(ARGS) \
-	      && $(PY) -m harness.calibrate serving=$(EXPERIMENT)_batch $$schedule $(ARGS) || exit 1; done)
+	      && $(PY) -m harness.sweep.calibrate serving=$(EXPERIMENT)_batch $$schedule $(ARGS) || exit 1; done)
 	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)))
 
 report: install ## figures + REPORT.md from every stored run

@@ -3,21 +3,10 @@
 
     python bench/drafts.py RUN_DIR --drafts DIR [DIR ...] [--ks 1,3,5]
 
-``RUN_DIR`` is a complete K = 0 run of the target (``python -m harness``). For each
-candidate (a draft model, or a speculators EAGLE-3 checkpoint):
-
-1. pre-flight acceptance over that run's own outputs (:mod:`harness.preflight`: exact for
-   a greedy draft or head; written to ``RUN_DIR/preflight.json`` under the path);
-2. the calibrated time of one verify step with that candidate on the run's engine
-   settings at each K, and of a draft model alone per token (c; a head cannot run alone)
-   (:mod:`harness.calibrate`; its engines start here, one after another; cached in the
-   run's sweep, ``.calibration/``);
-3. the cost model's predicted TPOT speedup E x T_target / T_step(K), E from the replayed
-   steps, T_target the run's own mean TPOT, assembled as the report assembles a sweep's
-   rows (:func:`reports.theory.predict_from_costs`).
-
-A draft's layers, objective and training steps come from its ``config.json`` and
-``manifest.json``. Keep the candidates at distinct paths: results are named by path.
+``RUN_DIR`` is a complete K = 0 run of the target. For each candidate (a draft model or a
+speculators EAGLE-3 checkpoint): pre-flight acceptance, the calibrated verify step at each K
+and the predicted TPOT speedup, as the report predicts a sweep's rows (docs/COST_MODEL.md).
+Keep the candidates at distinct paths: results are named by path.
 """
 
 from __future__ import annotations
@@ -34,7 +23,7 @@ from harness.checks import check_model_dir, command  # noqa: E402
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    from harness.preflight import parse_ks
+    from harness.measure.preflight import parse_ks
 
     parser.add_argument("run", type=Path, help="a complete K = 0 run directory of the target")
     parser.add_argument("--drafts", nargs="+", required=True, help="candidate draft directories")
@@ -68,7 +57,7 @@ def mean_tpot_s(run_dir: Path) -> float:
 
 def describe(draft: str) -> str:
     """Layers, objective and steps of a draft or head directory."""
-    from train.manifest import read_manifest
+    from harness.manifest import read_manifest
 
     config = json.loads((Path(draft) / "config.json").read_text())
     head = config.get("transformer_layer_config")
@@ -84,8 +73,11 @@ def describe(draft: str) -> str:
 
 def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
     """One row per draft and K: acceptance, E, costs and the predicted TPOT speedup."""
-    from harness import calibrate, engine, preflight, results
+    from harness import results
+    from harness.backends import engine
     from harness.config import ConfigError
+    from harness.measure import preflight
+    from harness.sweep import calibrate
     from reports.theory import predict_from_costs
 
     summary = results.read_summary(run_dir)

@@ -3,12 +3,10 @@
     python bench/overhead.py                      # tiny random models, built on the fly
     python bench/overhead.py --target models/tiny/target_cot --draft models/tiny/draft_cot
 
-1. The same prompts through a bare ``LLM.generate`` (one prompt at a time) and through
-   the harness runner (concurrency 1, progress bar, records) on the same engine,
-   alternated ``--rounds`` times; prints harness tokens/s / bare tokens/s (target >= 0.97).
-2. A 3-dataset x 3-K multirun (``spec.k=0,1,3,5``, variants cot and cot_sd) in a
-   subprocess; prints the engine launches it needed (must be 3 + 1 with the baseline,
-   not one per job).
+1. The same prompts, one at a time, through a bare ``LLM.generate`` and the harness runner on
+   one engine, alternated ``--rounds`` times; prints harness / bare tokens/s (target >= 0.97).
+2. A multirun of cot and cot_sd on 3 datasets, ``spec.k=0,1,3,5``, in a subprocess; prints
+   the engine launches it needed (must be 3 + 1 with the baseline, not one per job).
 """
 
 from __future__ import annotations
@@ -59,10 +57,10 @@ def bare_tokens_per_s(llm, prompts: list[list[int]], params) -> float:
 
 def measure_overhead(args: argparse.Namespace, results_dir: Path) -> list[float]:
     """Harness/bare tokens-per-second ratios, one per round."""
-    from harness import engine as engines
+    from harness.backends import engine as engines
     from harness.config import compose_config
     from harness.metrics import tokens_per_s
-    from harness.runner import Offline, prepare, run
+    from harness.sweep.runner import Offline, prepare, run
 
     cfg = compose_config([*overrides(args, results_dir), "variant=cot_sd", f"spec.k={args.k}"])
     job = prepare(cfg)

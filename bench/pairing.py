@@ -5,16 +5,8 @@
     python bench/pairing.py experiment=smollm2 variant=base dataset=gsm8k \\
         datasets_dir=path/to/datasets limit=24 max_tokens=128
 
-Starts two instances of the job's plain engine (the A/A check: the same spec twice; B
-starts first, as a job's baseline does, unless ``--a-first``) and runs the job's problems
-on both, one request at a time, under each alternation of
-:data:`ORDERS` (harness.pairing's pattern and whether a short unrecorded request settles
-the engine switched to), ``--rounds`` times. Per alternation it prints
-
-- A/A: mean TPOT on instance B / mean TPOT on instance A over the same problems (an
-  alternation that adds no bias of its own gives 1.00);
-- switch: per problem, TPOT of the side that ran right after a switch / TPOT of the side
-  that ran right after its own engine (geometric mean; 1.00 = a switch costs nothing).
+Runs the job's problems on two instances of its plain engine (B first unless ``--a-first``)
+under each alternation of :data:`ORDERS`, ``--rounds`` times (defined in docs/PAIRING.md).
 """
 
 from __future__ import annotations
@@ -43,7 +35,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def after_switch(pattern: str, n: int) -> dict[str, list[bool]]:
     """Per side, per problem: did its request run right after the other side's?"""
-    from harness import pairing
+    from harness.measure import pairing
 
     flags: dict[str, list[bool]] = {pairing.JOB: [False] * n, pairing.BASELINE: [False] * n}
     last = None
@@ -55,8 +47,8 @@ def after_switch(pattern: str, n: int) -> dict[str, list[bool]]:
 
 def measure(job, llms: dict, pattern: str, settle: bool) -> tuple[float, float]:
     """(A/A ratio, switch cost) of one pass."""
-    from harness import pairing
-    from harness.runner import interleave
+    from harness.measure import pairing
+    from harness.sweep.runner import interleave
 
     tpot: dict[str, dict[int, float]] = {side: {} for side in llms}
 
@@ -85,9 +77,9 @@ def measure(job, llms: dict, pattern: str, settle: bool) -> tuple[float, float]:
 def main(argv: list[str]) -> int:
     args = make_parser().parse_args(argv)
     from harness import console
-    from harness import engine as engines
+    from harness.backends import engine as engines
     from harness.config import compose_config
-    from harness.runner import Offline, prepare, warm_up
+    from harness.sweep.runner import Offline, prepare, warm_up
 
     console.quiet_libraries()
     overrides = list(args.overrides)
@@ -98,7 +90,7 @@ def main(argv: list[str]) -> int:
         overrides = [f"models.targets.cot={target}", "variant=cot", "limit=32", "max_tokens=96"]
     cfg = compose_config([*overrides, "spec.k=0", "pairing=sequential", "concurrency=1"])
     job = prepare(cfg)
-    from harness import pairing
+    from harness.measure import pairing
 
     live = [engine.llm for engine, _ in engines.get_all((job.spec, job.spec))]  # [1] started first
     if args.a_first:

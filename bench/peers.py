@@ -4,32 +4,9 @@
     python bench/peers.py                  # tiny cot pair, then SmolLM2
     python bench/peers.py --parts hf --prompts 4 --rounds 2
 
-1. HF transformers assisted generation (``generate(assistant_model=draft, do_sample=False)``,
-   a constant schedule of K draft tokens, no confidence cut-off) against draftbench's vLLM
-   path (``harness.engine`` + ``harness.runner``) on the same target/draft pair, prompts
-   and max tokens, one request at a time, the two sides alternated ``--rounds`` times.
-   Prints tokens/s of each, their ratio, token-identical outputs and both acceptances;
-   then the vLLM side at concurrency ``--concurrency`` (HF has no batched equivalent).
-2. ``vllm bench latency`` (``vllm.benchmarks.latency``, in a subprocess, batch size 1)
-   with draftbench's engine arguments against draftbench on random prompts of the same
-   length with ``ignore_eos`` at the same sampling, on SmolLM2 at K = 0 and with ngram.
-   Both sides time whole requests: per-token latency = latency / output length
-   (draftbench: its e2e, from arrival to the last token, / output tokens). The sides take
-   turns round by round (A B, B A, ...), and the ratio is the median of the rounds' own
-   ratios, so it compares two measurements minutes apart, not the machine's hours.
-3. ``vllm bench serve`` (``vllm.benchmarks.serve``, in this process) and draftbench's
-   server backend (``harness.server``) against one SmolLM2 server draftbench started:
-   token-id prompts of the same length, ``ignore_eos``, greedy, the same maximum
-   concurrency and the same send times (each round's Poisson arrivals, drawn by
-   draftbench and given to vllm bench serve as a ``timed_trace``), the sides taking turns
-   round by round. Prints each side's mean
-   TPOT and ITL (vLLM's definitions: ITL pools every streamed chunk's gap) and the
-   median of the rounds' ratios.
-
-The last lines are ``hf_assisted_ratio=<draftbench tokens/s / HF tokens/s>``,
-``vllm_bench_latency_ratio=<draftbench per-token latency / vllm bench latency's>`` and
-``vllm_bench_serve_tpot_ratio`` / ``vllm_bench_serve_itl_ratio`` (draftbench / vllm bench
-serve).
+Parts ``hf`` (HF assisted generation vs draftbench's engine and runner), ``latency``
+(``vllm bench latency`` vs draftbench) and ``serve`` (``vllm bench serve`` vs the server
+backend, same send times); the last lines are draftbench / peer ratios (docs/PEERS.md).
 """
 
 from __future__ import annotations
@@ -161,10 +138,10 @@ def hf_generate(model: Any, assistant: Any, prompt: list[int], max_tokens: int) 
 
 def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) -> float:
     """Part 1 on one pair; returns draftbench tokens/s / HF tokens/s."""
-    from harness import engine as engines
     from harness import metrics
+    from harness.backends import engine as engines
     from harness.config import compose_config
-    from harness.runner import Offline, prepare, run, warm_up
+    from harness.sweep.runner import Offline, prepare, run, warm_up
 
     cfg = compose_config(
         [
@@ -258,8 +235,8 @@ def tiny_pair(args: argparse.Namespace, tmp: Path) -> tuple[str, str, str]:
 
 def smollm2_spec(target: str, k: int) -> Any:
     """draftbench's engine spec for SmolLM2 at K = 0, or ngram with K drafts."""
+    from harness.backends.engine import EngineSpec
     from harness.config import compose_config
-    from harness.engine import EngineSpec
 
     variant = "base_cot_ngram" if k else "base"
     cfg = compose_config(
@@ -294,9 +271,9 @@ def draftbench_latency(args: argparse.Namespace, spec: Any) -> tuple[float, floa
     import numpy as np
     from vllm import SamplingParams
 
-    from harness import engine as engines
     from harness import metrics
-    from harness.runner import generate, latencies
+    from harness.backends import engine as engines
+    from harness.sweep.runner import generate, latencies
 
     engine, _ = engines.get(spec)
     params = SamplingParams(temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=args.output_len)
@@ -314,7 +291,7 @@ def draftbench_latency(args: argparse.Namespace, spec: Any) -> tuple[float, floa
 
 def compare_latency(args: argparse.Namespace, target: str, k: int, tmp: Path) -> float:
     """Part 2 at one K; returns draftbench per-token latency / vllm bench latency's."""
-    from harness import engine as engines
+    from harness.backends import engine as engines
 
     spec = smollm2_spec(target, k)
     label = f"ngram K={k}" if k else "K=0"
@@ -357,7 +334,7 @@ def serve_trace(args: argparse.Namespace, load: Any, first_hash: int, path: Path
     """A ``timed_trace`` file for ``vllm bench serve``: each request at draftbench's send time
     for ``load``, ``--input-len`` prompt tokens from its own hash ids (no prefix shared with
     any other request of the run), ``--output-len`` output tokens."""
-    from harness.arrivals import send_times
+    from harness.backends.arrivals import send_times
 
     blocks = -(-args.input_len // TRACE_CHUNK)
     with path.open("w") as f:
@@ -419,8 +396,8 @@ def draftbench_serve(
 
 def compare_serve(args: argparse.Namespace, target: str, tmp: Path) -> tuple[float, float]:
     """Part 3 on SmolLM2 at K = 0; returns draftbench / vllm bench serve for TPOT and ITL."""
-    from harness import server
-    from harness.arrivals import Load
+    from harness.backends import server
+    from harness.backends.arrivals import Load
 
     spec = smollm2_spec(target, 0)
     print(

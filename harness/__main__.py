@@ -6,15 +6,7 @@
     python -m harness ... force=true           # re-run jobs whose results exist
     python -m harness -m ... plan=true         # print engines, LLM arguments, jobs, memory
 
-The ``engine`` group defaults to ``cpu``; when no ``engine=`` override is given and a
-CUDA GPU is visible, ``engine=cuda`` is appended to the overrides.
-
-Results go to ``<results_dir>/<sweep>/<job>/`` (requests.parquet, summary.json,
-.hydra/); Hydra's own run directories to ``<results_dir>/<sweep>/.hydra/``. A job with
-complete results for the same resolved config is skipped. Bad input prints
-``error: <message>`` and exits with status 2 before any engine starts. In a multirun a
-failing job is appended to ``<results_dir>/<sweep>/failures.jsonl`` and the sweep goes
-on, then exits with status 1; a single run re-raises.
+No ``engine=`` override and a visible CUDA GPU append ``engine=cuda``. Guide: docs/USAGE.md.
 """
 
 from __future__ import annotations
@@ -36,14 +28,14 @@ def main(cfg: DictConfig) -> str:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from harness.backends.server import ServerError
     from harness.checks import exit_on_bad_input
-    from harness.job import run_or_record_failure
-    from harness.server import ServerError
+    from harness.sweep.job import run_or_record_failure
 
     hydra_cfg = HydraConfig.get()
     if cfg.plan and hydra_cfg.mode != RunMode.MULTIRUN:
-        from harness.plan import show
-        from harness.sweeper import plan
+        from harness.sweep.plan import show
+        from harness.sweep.sweeper import plan
 
         job = list(hydra_cfg.overrides.task)
         with exit_on_bad_input():
@@ -59,14 +51,15 @@ def main(cfg: DictConfig) -> str:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     except KeyboardInterrupt:
-        from harness import live, results
+        from harness import results
+        from harness.backends import live
 
         print(
             f"interrupted: job {results.job_name(cfg)} stopped; finished jobs are kept in "
             f"{results.sweep_dir(cfg)}",
             file=sys.stderr,
         )
-        live.clear()  # engines' and servers' processes never saw the SIGINT (harness.reaper)
+        live.clear()  # engines' and servers' processes never saw the SIGINT (harness.backends.reaper)
         raise SystemExit(130) from None
 
 

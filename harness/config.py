@@ -26,7 +26,7 @@ DIFFICULTIES = ("easy", "medium", "hard")
 PROMPT_STYLES = ("direct", "cot", "cod")
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")  # vLLM's SpeculativeConfig.draft_sample_method
 # interleaved: a plain engine of the job's target runs the same problems alongside
-# (``harness.pairing``); sequential: the job's engine alone
+# (``harness.measure.pairing``); sequential: the job's engine alone
 PAIRINGS = ("interleaved", "sequential")
 # offline: ``vllm.LLM`` in this process; server: vLLM's OpenAI-compatible server over HTTP
 BACKENDS = ("offline", "server")
@@ -34,7 +34,7 @@ BACKENDS = ("offline", "server")
 
 @dataclass
 class DatasetConfig:
-    """Where problems come from. ``source`` picks the loader in ``harness.datasets``."""
+    """Where problems come from. ``source`` picks the loader in ``harness.data.datasets``."""
 
     name: str = MISSING
     source: str = MISSING  # gsm8k | math | synth
@@ -135,7 +135,7 @@ class Config:
     temperature: float = 0.0
     max_tokens: int = 512
     concurrency: int = 1
-    backend: str = "offline"  # offline | server (harness.server)
+    backend: str = "offline"  # offline | server (harness.backends.server)
     # open-loop arrivals (requests/s, inf = all at once; backend=server), with at most
     # ``concurrency`` in flight; None = closed loop (a new request as one finishes)
     request_rate: float | None = None
@@ -145,12 +145,12 @@ class Config:
     warmup: int = 1  # unrecorded warm-up rounds per job, min(concurrency, problems) prompts each
     repeats: int = 1  # runs of each job, seeds seed, seed+1, ... (same problems)
     repeat: int = 0  # which of those runs this is (set by the harness)
-    pairing: str = "interleaved"  # interleaved | sequential (harness.pairing)
+    pairing: str = "interleaved"  # interleaved | sequential (harness.measure.pairing)
     results_dir: str = "results"
     datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     sweep: str = "${experiment}"
     force: bool = False
-    calibrate: bool = True  # time each engine on fixed prompts once (harness.calibrate)
+    calibrate: bool = True  # time each engine on fixed prompts once (harness.sweep.calibrate)
     plan: bool = False  # print the sweep's engines, jobs and memory; start nothing
 
 

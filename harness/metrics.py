@@ -1,15 +1,8 @@
 """Pure metric functions: latency, speculative-decoding acceptance, output hashes.
 
 No I/O and no engine: every function takes plain numbers, lists or vLLM's plain data
-objects and returns numbers. Definitions (all of them: docs/METRICS.md):
-
-- TPOT (s/token) = (e2e - TTFT) / (output tokens - 1), undefined for one-token outputs
-  (vLLM ``benchmarks/serve.py``).
-- acceptance rate = accepted draft tokens / proposed draft tokens.
-- mean acceptance length (tokens/verify step) = 1 + accepted / verify steps; the bonus
-  token the target emits at every step counts.
-
-The analytical model (expected tokens per step, predicted speedup) is ``reports.theory``.
+objects and returns numbers. Definitions (TPOT, acceptance rate, mean acceptance length):
+docs/METRICS.md; the analytical model is ``reports.theory``.
 """
 
 from __future__ import annotations

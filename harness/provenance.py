@@ -1,11 +1,11 @@
 """Where a run's numbers come from: model identity, versions, hardware, the checkout.
 
 :func:`model_identity` is what a model name stands for on this machine: a local
-directory's ``manifest.json`` cache key (``train.manifest``) plus a fingerprint of its
+directory's ``manifest.json`` cache key (``harness.manifest``) plus a fingerprint of its
 config, tokenizer and generation files (contents) and weight files (names, sizes,
 mtimes), so retrained or swapped weights change it even under an unchanged manifest; a
 hub id with the revision cached locally (else the id alone). Its ``digest`` goes into
-the run key (``harness.job``); the whole dict into ``summary.json``.
+the run key (``harness.sweep.job``); the whole dict into ``summary.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.checks import looks_local
 from harness.files import file_digest, key_digest
-from train.manifest import read_manifest
+from harness.manifest import read_manifest
 
 # Files whose contents shape what the engine computes (besides the weights).
 CONTENT_FILES = (

@@ -76,7 +76,7 @@ class RequestRecord:
     gold_answer: str
     correct: bool
     extractor: str
-    # lm-eval's strict-match and flexible-extract verdicts (harness.grading.CHAINS); None
+    # lm-eval's strict-match and flexible-extract verdicts (harness.data.grading.CHAINS); None
     # when not graded both ways
     correct_strict: bool | None = field(default=None, kw_only=True)
     correct_flexible: bool | None = field(default=None, kw_only=True)
@@ -101,7 +101,7 @@ class RequestRecord:
     sent_s: float | None = field(default=None, kw_only=True)
     itl_s: tuple[float, ...] | None = field(default=None, kw_only=True)
     # interleaved pairing: the same problem on the job's baseline engine, seconds away
-    # (``harness.pairing``); None when the job ran alone
+    # (``harness.measure.pairing``); None when the job ran alone
     pair_ttft_s: float | None = field(default=None, kw_only=True)
     pair_e2e_s: float | None = field(default=None, kw_only=True)
     pair_tpot_s: float | None = field(default=None, kw_only=True)
@@ -153,7 +153,7 @@ class RunSummary:
     output_tokens_per_s: float
     spec: SpecCounts | None
     counter_mismatch: str | None
-    # what determines the numbers, by part (``harness.job.run_key``); a re-run compares it
+    # what determines the numbers, by part (``harness.sweep.job.run_key``); a re-run compares it
     run_key: dict[str, str] = field(default_factory=dict, kw_only=True)
     # provenance (``harness.provenance``): model identity by config key, problems digest,
     # the checkout's commit and dirtiness, the command line

@@ -1,13 +1,10 @@
 """Where a job's results live and how they are written and found.
 
-``<results_dir>/<sweep>/<job>/`` holds ``requests.parquet`` (the tidy request table),
-``summary.json`` (``"complete": true`` and the sha256 of ``requests.parquet``) and
-``.hydra/`` (the job's Hydra config). A job directory is written in a hidden temp
-directory and renamed into place, so a killed job leaves nothing behind.
-:func:`complete_summary` is the one reader of "is this run complete": the harness skips
-a job whose complete results carry the same run key (config, models, problems, prompts,
-versions: ``harness.job.run_key``), and the report reads only complete runs. Failed jobs
-are appended to ``<results_dir>/<sweep>/failures.jsonl``.
+``<results_dir>/<sweep>/<job>/`` holds ``requests.parquet``, ``summary.json`` (marked
+complete, with the sha256 of ``requests.parquet``) and ``.hydra/``, written in a hidden
+temp directory and renamed into place, so a killed job leaves nothing behind.
+:func:`complete_summary` is the one reader of "is this run complete" (the harness's skip
+by run key, the report); failed jobs are appended to ``<sweep>/failures.jsonl``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """``python -m reports``: figures, tables and REPORT.md from every stored run.
 
     python -m reports                               # every sweep under results/
-    python -m reports --sweep tiny --name tiny      # one sweep
     python -m reports --results-dir results --out-dir reports/out --bootstrap 2000
     python -m reports --k-schedules sweep=tiny-serving  # the overrides of its K schedules
-    python -m reports results_dir=DIR experiment=smollm2  # the sweep(s) `python -m harness -m`
-                                                          # with these overrides wrote
+    python -m reports results_dir=DIR experiment=smollm2  # the sweep(s) those overrides wrote
     python -m reports --sweep tiny-serving slo.tpot_ms=20  # goodput under another SLO
 
 Writes ``<out-dir>/<name>/REPORT.md``, ``figures/*.png``, ``aggregates.csv``, ``fits.csv``.

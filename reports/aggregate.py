@@ -1,28 +1,11 @@
 """Aggregates of the request table per (variant, dataset, K, concurrency), with 95% CIs.
 
 A group is one configuration of one sweep (:data:`GROUP`); its seeds pool. Statistics
-(:data:`RATIOS`) are ratios of sums with BCa bootstrap intervals over problems
-(:mod:`reports.bootstrap`). Speedups compare a group with its baseline by a paired
-bootstrap over problems: an interleaved group (``pairing``, :mod:`harness.pairing`) with
-its own requests' pairs, run seconds apart on the plain target (at K = 0 on a second
-instance of the same engine: the A/A check); a sequential group with the K = 0 runs of
-the same target, prompt style, dataset, temperature and concurrency in the same sweep
-(:data:`BASELINE`), over the problems both answered (a problem one side lacks is left
-out of both):
-
-- speedup_tpot = baseline mean TPOT / mean TPOT
-- speedup_e2e = baseline mean e2e latency / mean e2e latency
-- speedup_tokens_per_s = tokens/s / baseline tokens/s (tokens/s = output tokens / e2e)
-
-Per-request acceptance histograms give the per-position acceptance
-(:func:`harness.metrics.position_counts`). Losslessness compares each greedy K > 0 run's
-output hashes with its K = 0 run's (:func:`with_lossless`); a group's is its runs' mean.
-
-Failed requests (finish reason abort/error) are counted (``num_failed``) and left out of
-every statistic; ``num_missing`` counts the problems of the run's problem set
-(:data:`PROBLEM_SET`: the union of problem ids over its runs) a run has no row for. A
-speedup over a baseline that ran on other hardware (CPU model, GPU names) is NaN, with
-the reason in ``speedup_note``; other versions only add a note.
+(:data:`RATIOS`) are ratios of sums with BCa intervals over problems
+(:mod:`reports.bootstrap`); speedups pair a group with its baseline (its own pairs when
+interleaved, else :data:`BASELINE`) over the problems both answered; :func:`with_lossless`
+compares output hashes. Definitions: docs/METRICS.md; the columns: the Aggregates contract
+of docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -35,7 +18,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from harness import grading, metrics
+from harness import metrics
+from harness.data import grading
 from reports import bootstrap
 
 GROUP = (
@@ -46,7 +30,7 @@ GROUP = (
 PROBLEM_SET = ("sweep_id", "dataset", "difficulty", "limit", "dataset_digest")
 FAILED = ("abort", "error")  # vLLM finish reasons of requests that did not complete
 QUANTILES = (0.5, 0.9, 0.99)  # latency percentiles, as vLLM's BenchmarkMetrics
-# every extractor of the headline chains (harness.grading.CHAINS), and "none" (no answer)
+# every extractor of the headline chains (harness.data.grading.CHAINS), and "none" (no answer)
 EXTRACTORS = tuple(
     dict.fromkeys(
         [n for chains in grading.CHAINS.values() for n, _ in chains["headline"]] + ["none"]
@@ -475,7 +459,7 @@ DRIFT = 0.05  # a reference that moved more than this within a run or across run
 
 
 def _drift(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per group, from its runs' drift sentinel (``harness.job.Reference``), each the
+    """Per group, from its runs' drift sentinel (``harness.sweep.job.Reference``), each the
     largest in size over the group's runs: ``reference_drift``, the reference's move within
     a run (end / start - 1); ``reference_shift``, a run's reference over the median of its
     sweep's references on the same plain target (runs timed on a plain engine: K = 0 and

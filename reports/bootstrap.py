@@ -1,26 +1,11 @@
 """BCa bootstrap over problems for ratio-of-sums statistics.
 
-Every statistic of the report is a ratio of sums over requests: accuracy = correct / n,
-acceptance rate = accepted / proposed, mean TPOT = sum of TPOTs / requests with a TPOT,
-and so on. Requests are first summed per problem (seeds and repeats pool into their
-problem), then problems are resampled with replacement: a replicate is the ratio of
-count-weighted sums, ``(W @ num) / (W @ den)`` with W the (replicates x problems) matrix
-of multinomial counts. All statistics of a group share the same W, and two groups
-compared with :func:`paired` share it too (a paired bootstrap over their problems).
-
-The matrix W depends only on the number of problems and the report seed
-(:func:`weights`), so a group's interval does not depend on which other groups were
-loaded, and W is drawn once per group size rather than once per group.
-
-Intervals are bias-corrected and accelerated (BCa, Efron 1987; as
-``scipy.stats.bootstrap(method="BCa")``): the percentiles of the replicates are shifted by
-the bias z0 (the share of replicates below the point estimate) and the acceleration a
-(the skewness of the leave-one-problem-out jackknife), which percentile intervals leave
-out and which makes them under-cover at 10-50 problems. It is computed here rather than
-by scipy so every statistic of a group, and both groups of a comparison, keep sharing one
-W. A replicate whose denominator is 0 has no value and is left out (``dropped`` counts
-them); where BCa is undefined (every replicate on one side of the estimate) the
-percentile interval stands.
+Requests are summed per problem, then problems resampled: a replicate is
+``(W @ num) / (W @ den)`` with W the (replicates x problems) matrix of multinomial counts
+(:func:`weights`, drawn once per problem count and seed), shared by every statistic of a
+group and by both groups of :func:`paired`. Intervals are BCa (Efron 1987), computed here
+rather than by scipy so that W stays shared; ``dropped`` counts replicates with a zero
+denominator. Definitions: docs/METRICS.md.
 """
 
 from __future__ import annotations

@@ -379,14 +379,14 @@ REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], s
         "(calibrated step time), the simple model E/(Kc+1) with measured c, and the "
         "pre-flight estimate where it exists.",
         fig_theory_cost,
-        "no speculative run with a calibration (python -m harness.calibrate)",
+        "no speculative run with a calibration (python -m harness.sweep.calibrate)",
     ),
     (
         "theory_best_k",
         "Each draft variant's measured a and measured c on the simple model's best-K "
         "map, with its measured best K and the cost model's predicted best K.",
         fig_theory_best_k,
-        "no speculative run with a calibration (python -m harness.calibrate)",
+        "no speculative run with a calibration (python -m harness.sweep.calibrate)",
     ),
 )
 

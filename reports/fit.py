@@ -1,41 +1,12 @@
 """The cost model against measurement: predicted TPOT speedups, and best K per draft
 configuration.
 
-Per K > 0 group (:func:`with_predictions`, columns added to the aggregates):
-
-- E: tokens per verify step from the group's conditional per-position acceptance (no
-  flatness assumed) over the group's own output lengths
-  (:func:`reports.theory.decode_steps`: the last step of a short answer is cut at its
-  end; TPOT is a mean over requests).
-- T_step: the calibrated seconds per verify step of the group's engine spec at its
-  concurrency (``harness.calibrate``), never the group's own timing (a K schedule's level
-  at K = 0: :func:`verify_steps`). T_target: the plain
-  target's calibrated time per token measured right before T_step on an interleaved
-  job's baseline engine (one window, so drift cancels in the ratio), else the baseline's
-  mean TPOT on the problems the group's speedup pairs (``baseline_tpot_s``).
-  ``speedup_tpot_predicted`` = E x T_target / T_step. The assembly of a row's c, E, T_step
-  and predicted speedups is :func:`reports.theory.predict_from_costs`, which
-  ``bench/drafts.py`` calls too; this module finds its inputs.
-- Steps without drafts (prompt lookup that found no match; none for a draft model): the
-  group's requests give how many (decode tokens - verify steps - accepted tokens), each
-  emits one token and costs the calibrated time of such a step in the group's engine, or
-  the target's calibrated time per token when the calibration had none.
-- ``speedup_tpot_predicted_simple`` = E / (K c + 1) with c = T_draft / T_target, both
-  calibrated per token at K = 0 (the draft run as a target); steps without drafts cost
-  one target token.
-- ``acceptance_preflight``, ``mean_acceptance_length_preflight``: the estimate from the
-  K = 0 baseline's outputs (``harness.preflight``) pooled over its runs;
-  ``speedup_tpot_preflight`` takes E from the replayed steps of each request (exact
-  step counts, no length correction needed). Columns are NaN without the files.
-- ``speedup_off_predicted``: the target's calibrated time per token over that of the
-  group's speculator engine with speculation off (``harness.calibrate.speculation_off``): what a
-  K schedule's K = 0 gives at this concurrency with the draft or head still loaded.
-
-Per draft configuration (:func:`fit`, a group of :data:`reports.aggregate.GROUP` without
-K): a pooled over its K (per-position MLE with a bootstrap CI, and from vLLM's counters),
-the measured c, the best K predicted by the cost model and by the pre-flight estimate
-(K = 0 counts, speedup 1) and the best K measured, with whether they agree: the same K,
-or the predicted K's measured speedup inside the measured best K's 95% CI.
+:func:`with_predictions` adds to each K > 0 group of the aggregates its predicted speedups
+(cost model, simple model, pre-flight, speculation off), finding their inputs in the
+calibration and pre-flight files; :func:`verify_steps` prices a K schedule's verify steps;
+:func:`fit` gives per draft configuration a pooled over K, the measured c and the best K
+predicted and measured. One row's assembly is :func:`reports.theory.predict_from_costs`.
+The columns: docs/METRICS.md.
 """
 
 from __future__ import annotations
@@ -65,9 +36,9 @@ WITHIN = 0.10  # the model check: |measured / predicted - 1| <= WITHIN
 def calibration(runs: pd.DataFrame) -> pd.DataFrame:
     """The calibration files of the runs' sweeps: sweep_id, target, draft, k, k_schedule,
     concurrency, per_unit_s (s per token at K = 0, per verify step at K > 0),
-    undrafted_step_s, baseline_per_unit_s (``harness.calibrate.table``). A K = 0 row with a
+    undrafted_step_s, baseline_per_unit_s (``harness.sweep.calibrate.table``). A K = 0 row with a
     draft is its speculator with speculation off."""
-    from harness import calibrate
+    from harness.sweep import calibrate
 
     cols = ["sweep_id", "target", "draft", "k", "k_schedule", "concurrency", "per_unit_s",
             "undrafted_step_s", "baseline_per_unit_s"]  # fmt: skip
@@ -98,7 +69,7 @@ def verify_steps(cal: pd.DataFrame) -> pd.DataFrame:
 
 def preflights(runs: pd.DataFrame) -> pd.DataFrame:
     """Pre-flight counts of the K = 0 runs, pooled per baseline, draft and K."""
-    from harness import preflight
+    from harness.measure import preflight
 
     keys = [*aggregate.BASELINE, "draft", "k"]
     sums = ["num_drafts", "num_draft_tokens", "num_accepted_tokens", "_steps_per_token", "_n"]
@@ -202,7 +173,7 @@ def model_check(table: pd.DataFrame, fits: pd.DataFrame) -> str:
     often the predicted best K agrees with the measured one."""
     rows = table.dropna(subset=["speedup_tpot", "speedup_tpot_predicted"])
     if rows.empty:
-        return "cost model: no K > 0 row has a calibration (run python -m harness.calibrate)"
+        return "cost model: no K > 0 row has a calibration (run python -m harness.sweep.calibrate)"
     miss = (rows["speedup_tpot"] / rows["speedup_tpot_predicted"] - 1).abs()
     simple = (rows["speedup_tpot"] / rows["speedup_tpot_predicted_simple"] - 1).abs()
     agree = fits["best_k_agrees"].dropna()

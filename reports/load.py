@@ -1,15 +1,10 @@
 """Every run under a results directory, as two tidy pandas tables.
 
-A run is a job directory ``<results_dir>/<sweep>/<job>/`` holding ``requests.parquet``
-(one row per request) and ``summary.json`` (one run) as the harness writes them. Whether a
-run is complete is the harness's answer (``harness.results.complete_summary``); this
-module only reads a complete run's table with the columns the report needs. A partial or
-corrupt directory, or one whose table lacks a required column, is skipped and listed with
-the reason, and so is a job the sweep's ``failures.jsonl`` names that left no directory;
-none of them stops the report.
-
-Requests are read column-projected (``output_token_ids``, the biggest column, is left on
-disk) by a thread pool and concatenated in Arrow; no Python loop runs per request.
+A run is a job directory ``<results_dir>/<sweep>/<job>/`` as the harness writes it; only
+complete runs (``harness.results.complete_summary``) are read, with the columns the report
+needs. Partial or corrupt ones, and jobs the sweep's ``failures.jsonl`` names, are listed
+with the reason and skipped. Requests are read column-projected by a thread pool and
+concatenated in Arrow; no Python loop runs per request.
 """
 
 from __future__ import annotations

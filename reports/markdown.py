@@ -52,7 +52,7 @@ def _col(name: str, digits: int = 3) -> Callable[[pd.Series], str]:
     return lambda r: num(r[name], digits) if isinstance(r[name], float) else str(r[name])
 
 
-# lm-eval's two GSM8K extractions beside the headline accuracy (harness.grading.CHAINS)
+# lm-eval's two GSM8K extractions beside the headline accuracy (harness.data.grading.CHAINS)
 STRICT_FLEXIBLE: Column = (
     "strict / flexible",
     lambda r: f"{num(r.get('accuracy_strict'))} / {num(r.get('accuracy_flexible'))}",
@@ -211,7 +211,7 @@ def _schedules(schedules: pd.DataFrame, checks: pd.DataFrame) -> list[str]:
            "From the closed-loop runs at several concurrencies: at each, the K the cost model "
            "predicts fastest and the best K measured, where K = 0 counts at the speculator's "
            "calibrated speed with speculation off (its draft or head still loaded; the "
-           "target alone where `python -m harness.calibrate` has not measured it); "
+           "target alone where `python -m harness.sweep.calibrate` has not measured it); "
            "each level's K holds from halfway (geometrically) after the level below to halfway "
            "before the level above, in the form vLLM takes as "
            "`speculative_config.num_speculative_tokens_per_batch_size` (`spec.k_schedule`).", "",

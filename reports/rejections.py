@@ -1,15 +1,8 @@
 """What kind of token the draft gets rejected on (runs with detailed per-step metrics).
 
 ``rejection_tokens`` holds, per request, the decoded text the target emitted at each
-rejected draft position. Each text gets one kind, by the first rule that matches
-(surrounding whitespace ignored except by the first rule):
-
-- whitespace: only spaces and newlines
-- latex: a backslash, brace, dollar, caret or underscore (``\\frac``, ``{``, ``x^``)
-- digit: digits with optional ``.`` or ``,`` (``12``, ``3.5``)
-- operator: arithmetic and comparison signs, brackets, ``%`` (``+``, ``=``, ``(``)
-- word: letters only
-- other: anything else (mixed tokens, punctuation)
+rejected draft position; :func:`token_kinds` gives each text one of :data:`KINDS`, by the
+first rule that matches (the rules: docs/METRICS.md).
 """
 
 from __future__ import annotations

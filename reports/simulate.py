@@ -1,20 +1,9 @@
 """Monte Carlo of draft-model speculative decoding, checked against :mod:`reports.theory`.
 
-The accept/reject rule (Leviathan et al. 2023, alg. 1; Chen et al. 2023): the draft
-proposes x ~ q; the target accepts it with probability min(1, p(x) / q(x)); on rejection
-it emits a token from the normalised residual max(0, p - q); when all K drafts pass, it
-adds a bonus token from p. Every emitted token is then distributed exactly as p, and one
-draft passes with probability a = sum_x min(p(x), q(x)).
-
-Two ways of drafting (:data:`METHODS`, vLLM's ``draft_sample_method``): ``probabilistic``
-samples x ~ q as above; ``greedy`` (vLLM 0.32's default) proposes the draft's argmax, the
-same rule with q one-hot, so a = p(argmax q) and a rejection samples p without that token.
-
-The toy world is context-free: every position has the same target p and draft q, so a
-is the same at each position, as the analytical model assumes. Everything is vectorised
-with numpy and seeded.
-
-Compute only; ``python -m reports.simulation_report`` draws and writes the results.
+The accept/reject rule (Leviathan et al. 2023, alg. 1; Chen et al. 2023) in a context-free
+toy world, for both ways of drafting (:data:`METHODS`); vectorised with numpy and seeded.
+The rule and the world: docs/METRICS.md. Compute only; ``python -m
+reports.simulation_report`` draws and writes the results.
 """
 
 from __future__ import annotations

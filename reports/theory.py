@@ -1,31 +1,12 @@
 """The analytical model of speculative decoding (Leviathan, Kalman & Matias 2023, sec. 3).
 
-Symbols follow the paper. ``a`` (alpha) is the probability that the target accepts one
-draft token, assumed the same at every position; ``K`` (gamma in the paper) is the
-number of draft tokens proposed per verify step; ``c`` is the cost of one draft forward
-divided by the cost of one target forward. Costs are in units of one target forward.
-
-- tokens per verify step: E = (1 - a^(K+1)) / (1 - a)            (paper eq. 1; K+1 at a=1)
-- modelled draft acceptance (vLLM's accepted / proposed, under the model): (E - 1) / K
-- cost of a verify step: K c + 1, so predicted speedup = E / (K c + 1) (paper thm. 3.8)
-- break-even cost ratio (speedup = 1): c* = (E - 1) / K
-- best K: the argmax of the speedup over K = 0..k_max (K = 0 is plain decoding, speedup 1)
-
-Prediction from measured costs (what the report uses): one verify step is not "K draft
-forwards + one target forward" (fixed per-step overhead, verifying K + 1 tokens, KV
-rollback), so the step's time T_step(K) is measured (``harness.calibrate``) and
-predicted speedup = E x T_target / T_step(K) (:func:`speedup_from_costs`), with E from
-the per-position conditional acceptance (E = 1 + sum_i prod_(j <= i) a_j, no flatness
-assumed) over the requests' own output lengths (:func:`decode_steps`: a short answer's last step is cut at
-its end, and TPOT is a mean over requests). A model-free proposer drafts only where it
-finds a match; its steps without drafts cost their own calibrated time and emit one
-token. The simple model above keeps c = T_draft / T_target, both measured.
-:func:`predict_from_costs` assembles one row's c, E, T_step and both predicted speedups
-from those costs: the report (``reports.fit``) and ``bench/drafts.py`` both call it.
-
-Estimating a from the per-position acceptance counts of runs: :func:`alpha_mle`.
-
-Functions broadcast over numpy arrays and return a float for scalar inputs.
+Symbols follow the paper: ``a`` (alpha) the per-token acceptance, ``K`` (gamma) the drafts
+per verify step, ``c`` one draft forward's cost over one target forward's. E, the simple
+model E / (K c + 1), break-even c and best K; the cost model from measured step times
+(:func:`speedup_from_costs`, :func:`decode_steps`); :func:`predict_from_costs`, one row's
+c, E, T_step and predicted speedups (``reports.fit`` and ``bench/drafts.py`` call it);
+:func:`alpha_mle`. Definitions: docs/METRICS.md. Functions broadcast over numpy arrays
+and return a float for scalar inputs.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """A local stand-in for the Gemini Developer API's file and batch endpoints.
 
 Serves the real ``google-genai`` client on 127.0.0.1 (stdlib ``ThreadingHTTPServer``):
-
-- ``POST /upload/<version>/files`` starts a resumable upload (``X-Goog-Upload-Command:
-  start``) and answers with ``X-Goog-Upload-URL``; chunks posted there carry
-  ``X-Goog-Upload-Command: upload[, finalize]`` and ``X-Goog-Upload-Offset``; the
-  final chunk gets ``X-Goog-Upload-Status: final`` and the File resource;
-- ``POST /<version>/models/<model>:batchGenerateContent`` creates a job from an
-  uploaded JSONL file, ``GET /<version>/batches/<id>`` reports it, ``GET
-  /<version>/batches`` lists them, ``POST /<version>/batches/<id>:cancel`` cancels a
-  running one (a finished one answers 400, as the real service does);
-- ``GET /<version>/files/<id>:download`` returns a results file, ``DELETE
-  /<version>/files/<id>`` deletes an upload.
-
-Any API version prefix is accepted. Each request line is answered by ``answer(key,
-request)``; results are written in reverse order so callers must join on ``key``.
-Scenario knobs give the real service's bad days: jobs that end FAILED (with an error
-only in the raw operation, which the SDK drops), EXPIRED, or CANCELLED with partial
-results; results files missing lines, with garbage lines, error lines or extra fields;
-a 503 after a job was created, a 429 when the queued tokens exceed a quota, a 503 on
-download; and jobs held running.
+resumable uploads, batch create / get / list / cancel, results download and file delete,
+under any API version prefix. Each request line is answered by ``answer(key, request)``;
+results are written in reverse order, so callers must join on ``key``. Scenario knobs give
+the real service's bad days: FAILED jobs (the reason only in the raw operation), EXPIRED or
+CANCELLED ones, damaged results files, 503s and 429s, and jobs held running.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Run directories with known numbers, written by the harness's own records and writer.
 
 For tests and benchmarks of the report. Each run is drawn from the analytical model with
-chosen truths: a variant's accuracy, its mean output length, its draft's per-token
-acceptance ``alpha`` and cost ratio ``cost``. Correctness, output length and output
-tokens depend only on (target, prompt style, dataset, problem, seed), never on K, as
-greedy speculative decoding guarantees, so every TPOT speedup has the known expectation
-E(alpha, K) / (K cost + 1) and every K > 0 run is lossless against its K = 0 run.
-Records go through :class:`harness.records.RequestRecord` / ``RunSummary`` and
-:func:`harness.results.write_job`, so these directories follow the harness's schema.
+chosen truths (accuracy, mean output length, the draft's ``alpha`` and cost ratio
+``cost``); outputs depend only on (target, prompt style, dataset, problem, seed), never on
+K, so every TPOT speedup has the known expectation E(alpha, K) / (K cost + 1) and every
+K > 0 run is lossless. Records go through :class:`harness.records.RequestRecord`,
+``RunSummary`` and :func:`harness.results.write_job`, so they follow the harness's schema.
 """
 
 from __future__ import annotations
@@ -155,8 +153,8 @@ def step_time(job: Job, draft_as_target: bool = False) -> float:
 
 
 def write_calibration(results_dir: Path, jobs: list[Job]) -> None:
-    """The calibration files ``harness.calibrate`` would write for ``jobs``' engines."""
-    from harness import calibrate
+    """The calibration files ``harness.sweep.calibrate`` would write for ``jobs``' engines."""
+    from harness.sweep import calibrate
 
     def save(job: Job, target: str, draft: str | None, seconds: float) -> None:
         m = {"concurrency": job.concurrency, "requests": 3, "decode_s": 100 * seconds,

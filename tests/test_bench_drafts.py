@@ -11,9 +11,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness import engine as engines
-from harness import preflight, results
+from harness import results
+from harness.backends import engine as engines
 from harness.config import compose_config
+from harness.measure import preflight
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +25,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
 
 
 def _preflight(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "harness.preflight", *args]
+    cmd = [sys.executable, "-m", "harness.measure.preflight", *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
 
 
@@ -38,7 +39,7 @@ def test_a_directory_that_is_not_a_k0_run_is_refused(tiny_pair, tmp_path):
 def test_each_draft_gets_its_acceptance_costs_and_predicted_speedup(
     tiny_pair, tiny_overrides, tmp_path
 ):
-    from harness.job import run_job
+    from harness.sweep.job import run_job
 
     target, draft = (str(p) for p in tiny_pair)
     cfg = compose_config([*tiny_overrides, "variant=cot", "spec.k=0"])

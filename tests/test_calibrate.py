@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from harness import calibrate, provenance
-from harness.calibrate import decode_timing, per_unit_s, token_units
+from harness import provenance
 from harness.config import compose_config
-from train.manifest import Manifest, write_manifest
+from harness.manifest import Manifest, write_manifest
+from harness.sweep import calibrate
+from harness.sweep.calibrate import decode_timing, per_unit_s, token_units
 
 
 def test_step_time_is_decode_time_over_verify_steps_pooled_over_requests():
@@ -88,7 +89,7 @@ def test_steps_without_drafts_and_nothing_accepted_leave_the_verify_step_unknown
 
 
 def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
-    from harness.engine import EngineSpec
+    from harness.backends.engine import EngineSpec
 
     model = tmp_path / "m"
     model.mkdir()

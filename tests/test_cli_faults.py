@@ -74,7 +74,7 @@ def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_pat
 
 
 def test_calibrate_checks_what_the_harness_checks_before_any_engine(tiny_pair, tmp_path):
-    command = [sys.executable, "-m", "harness.calibrate", f"models.targets.cot={tiny_pair[0]}",
+    command = [sys.executable, "-m", "harness.sweep.calibrate", f"models.targets.cot={tiny_pair[0]}",
                "models.drafts.cot=/nonexistent", "variant=cot_sd", "spec.k=1",
                f"results_dir={tmp_path}"]  # fmt: skip
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -124,7 +124,13 @@ def test_corrupt_model_config_is_named_not_a_tokenizer_failure(tiny_overrides, t
 
 
 def _check_dataset(path: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "harness.datasets", "dataset=gsm8k", f"dataset.path={path}"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness.data.datasets",
+        "dataset=gsm8k",
+        f"dataset.path={path}",
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
@@ -188,25 +194,26 @@ JOB = "cot-synth_easy-k0-c1-s0-t0-n2"
 
 @pytest.mark.slow
 def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides, tmp_path):
-    # 60 answers of 200 tokens: the interrupted job runs for about half a minute, so the
-    # SIGINT lands in it even when its bar's first line comes at the 10 s log interval
-    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=60", "max_tokens=200",
+    # a job of 2 answers that finishes, then one of 60 answers of 200 tokens: the interrupted
+    # job runs for about half a minute, so the SIGINT lands in it even when its bar's first
+    # line comes at the 10 s log interval
+    grid = ["variant=cot", "dataset=synth_easy", "limit=2,60", "max_tokens=200",
             "calibrate=false"]  # fmt: skip
     proc = start_harness(["-m", *tiny_overrides, *grid])
-    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n60:")
+    _wait_for(proc, "stderr", "cot-synth_easy-k0-c1-s0-t0-n60:")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     _, err = proc.communicate(timeout=120)
     err = err.decode(errors="replace")
     assert proc.returncode == 130, err[-3000:]
-    # the engine's processes left the terminal's process group (harness.reaper's vLLM
+    # the engine's processes left the terminal's process group (harness.backends.reaper's vLLM
     # plugin), so the SIGINT reached only the harness: no engine traceback
     assert "Traceback" not in err, err[-3000:]
     sweep = tmp_path / "results" / "tiny"
     assert (
-        f"interrupted: job cot-synth_medium-k0-c1-s0-t0-n60 stopped; finished jobs are kept in "
+        f"interrupted: job cot-synth_easy-k0-c1-s0-t0-n60 stopped; finished jobs are kept in "
         f"{sweep}" in err
     )
-    assert results.read_summary(sweep / "cot-synth_easy-k0-c1-s0-t0-n60") is not None
+    assert results.read_summary(sweep / "cot-synth_easy-k0-c1-s0-t0-n2") is not None
 
 
 @pytest.mark.slow
@@ -250,12 +257,13 @@ def test_a_second_sweep_into_the_same_directory_is_refused(tiny_overrides, tmp_p
 def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     tiny_overrides, tmp_path
 ):
-    # 24 answers of 200 tokens: the second job runs for over ten seconds, so the move lands
-    # in it even when the test reads the job's first line late (a loaded machine)
-    grid = ["variant=cot", "dataset=synth_easy,synth_medium", "limit=24", "max_tokens=200",
+    # a job of 2 answers that finishes, then one of 24 answers of 200 tokens: the second job
+    # runs for over ten seconds, so the move lands in it even when the test reads the job's
+    # first line late (a loaded machine)
+    grid = ["variant=cot", "dataset=synth_easy", "limit=2,24", "max_tokens=200",
             "calibrate=false"]  # fmt: skip
     proc = start_harness(["-m", *tiny_overrides, *grid])
-    _wait_for(proc, "stderr", "cot-synth_medium-k0-c1-s0-t0-n24:")
+    _wait_for(proc, "stderr", "cot-synth_easy-k0-c1-s0-t0-n24:")
     sweep = tmp_path / "results" / "tiny"
     sweep.rename(tmp_path / "moved")
     sweep.write_text("not a directory any more")
@@ -263,7 +271,7 @@ def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     err = err.decode(errors="replace")
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    second = sweep / "cot-synth_medium-k0-c1-s0-t0-n24"
+    second = sweep / "cot-synth_easy-k0-c1-s0-t0-n24"
     assert f"could not write the results to {second}" in err
     assert f"could not record its failure in {sweep / results.FAILURES}" in err
-    assert results.read_summary(tmp_path / "moved" / "cot-synth_easy-k0-c1-s0-t0-n24") is not None
+    assert results.read_summary(tmp_path / "moved" / "cot-synth_easy-k0-c1-s0-t0-n2") is not None

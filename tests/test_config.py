@@ -100,7 +100,7 @@ def test_unknown_dataset_fails_when_composing():
 
 def test_dataset_check_cli_prints_counts_and_agreement():
     out = subprocess.run(
-        [sys.executable, "-m", "harness.datasets", "dataset=synth_medium", "limit=25"],
+        [sys.executable, "-m", "harness.data.datasets", "dataset=synth_medium", "limit=25"],
         capture_output=True,
         text=True,
         check=True,

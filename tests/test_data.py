@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 from fake_gemini import API_KEY, FakeGemini
 
-from harness import synth
 from harness.config import ConfigError, compose_config
-from harness.problems import Problem
+from harness.data import synth
+from harness.data.problems import Problem
 from train.config import experiments
 from train.data import (
     DataLeakError,

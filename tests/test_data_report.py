@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness import synth
+from harness.data import synth
 from train import data, data_report
 from train.data_report import DifficultyReport, length_stats, render_markdown
 from train.teachers.synthetic import solutions

@@ -5,7 +5,7 @@ import json
 import pytest
 from vllm.outputs import CompletionOutput, RequestOutput
 
-from harness.problems import Problem
+from harness.data.problems import Problem
 from train import data
 from train.data_config import compose_data_config
 from train.formats import CodBounds
@@ -82,7 +82,7 @@ def test_vllm_teacher_engine_spec_is_the_model_alone_with_the_configured_engine(
 @pytest.mark.slow
 def test_vllm_teacher_runs_the_pipeline_on_a_tiny_random_model(tmp_path):
     """A random model writes garbage: every problem reaches the teacher and is dropped by reason."""
-    from harness import engine
+    from harness.backends import engine
     from train.tiny import build_random_pair
 
     target, _ = build_random_pair(tmp_path / "models")

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from harness.config import DatasetConfig, compose_config
-from harness.datasets import DatasetError, load_problems, select, self_agreement
+from harness.data.datasets import DatasetError, load_problems, select, self_agreement
 
 GSM8K_ROWS = [
     {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"},

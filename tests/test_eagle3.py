@@ -14,8 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from test_preflight import assert_replay_equals_vllm, estimate_and_measure
 
-from harness import speculators, synth
+from harness import speculators
 from harness.config import ConfigError, compose_config
+from harness.data import synth
 from train.config import Eagle3Settings
 from train.eagle3 import accuracy, new_head, target_features, train_head
 
@@ -50,7 +51,7 @@ def answers(target) -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from harness.prompts import build_messages, prompt_token_ids
+    from harness.data.prompts import build_messages, prompt_token_ids
 
     prompts = compose_config(["variant=cot"]).prompts
     tokenizer = AutoTokenizer.from_pretrained(target)

@@ -12,13 +12,15 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from harness import calibrate, live, metrics, results
-from harness import engine as engines
+from harness import metrics, results
+from harness.backends import engine as engines
+from harness.backends import live
+from harness.backends.engine import EngineSpec
 from harness.checks import load_tokenizer
 from harness.config import compose_config
-from harness.engine import EngineSpec
-from harness.job import run_job
-from harness.runner import Offline, generate, prepare
+from harness.sweep import calibrate
+from harness.sweep.job import run_job
+from harness.sweep.runner import Offline, generate, prepare
 
 pytestmark = pytest.mark.slow
 
@@ -163,6 +165,31 @@ def test_calibration_sees_every_engine_step_of_a_request(overrides):
     assert measured.undrafted == 0 and measured.units > 0 and measured.per_unit_s > 0
 
 
+def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
+    """The A/A check: K = 0 interleaved runs beside a second instance of the same engine;
+    the speculative engine shuts down, the plain one is kept. Runs while the first test's
+    pair is still live (the tests below start engines of other specs)."""
+    cfg = compose_config([*overrides, "variant=cot", "max_tokens=16"])
+    before = engines.get_all(
+        prepare(compose_config([*overrides, "variant=cot_sd", "spec.k=1"])).specs
+    )
+    spec_pids = {p.pid for p in psutil.Process().children(recursive=True)}
+    launches = live.launches(engines.OFFLINE)
+    summary = run_job(cfg, progress=False)
+    assert summary.job.pairing == "interleaved" and summary.engine_reused
+    assert live.launches(engines.OFFLINE) == launches + 1
+    pair = engines.get_all(prepare(cfg).specs)
+    assert [reused for _, reused in pair] == [True, True]
+    assert pair[0][0] is before[1][0] and pair[1][0] is not before[1][0]  # the kept plain engine
+    now = {p.pid for p in psutil.Process().children(recursive=True)}
+    started = now - spec_pids  # the second instance's processes (and its watchdog)
+    assert started and any(not _alive(pid) for pid in spec_pids - now)
+    rows = _rows(cfg)
+    assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
+    engines.clear()
+    assert not any(_alive(pid) for pid in started)
+
+
 def test_speculation_off_is_the_speculator_engine_without_a_single_draft(overrides, tmp_path):
     cfgs = [compose_config([*overrides, "variant=cot_sd", "spec.k=1", f"concurrency={c}"])
             for c in (1, 2)]  # fmt: skip
@@ -198,30 +225,6 @@ def test_a_schedules_k0_level_is_timed_per_token_not_as_a_verify_step(overrides,
     assert off["units"] == 0 and off["per_unit_s"] is None  # K = 0 at batch 2
     assert off["undrafted"] == 2 * calibrate.REQUESTS_PER_SLOT * (calibrate.OUTPUT_TOKENS - 1)
     assert off["undrafted_step_s"] > 0
-
-
-def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
-    """The A/A check: K = 0 interleaved runs beside a second instance of the same engine;
-    the speculative engine shuts down, the plain one is kept."""
-    cfg = compose_config([*overrides, "variant=cot", "max_tokens=16"])
-    before = engines.get_all(
-        prepare(compose_config([*overrides, "variant=cot_sd", "spec.k=1"])).specs
-    )
-    spec_pids = {p.pid for p in psutil.Process().children(recursive=True)}
-    launches = live.launches(engines.OFFLINE)
-    summary = run_job(cfg, progress=False)
-    assert summary.job.pairing == "interleaved" and summary.engine_reused
-    assert live.launches(engines.OFFLINE) == launches + 1
-    pair = engines.get_all(prepare(cfg).specs)
-    assert [reused for _, reused in pair] == [True, True]
-    assert pair[0][0] is before[1][0] and pair[1][0] is not before[1][0]  # the kept plain engine
-    now = {p.pid for p in psutil.Process().children(recursive=True)}
-    started = now - spec_pids  # the second instance's processes (and its watchdog)
-    assert started and any(not _alive(pid) for pid in spec_pids - now)
-    rows = _rows(cfg)
-    assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
-    engines.clear()
-    assert not any(_alive(pid) for pid in started)
 
 
 def test_a_k_schedule_drafts_only_at_the_batch_sizes_it_names(overrides):

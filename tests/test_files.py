@@ -11,10 +11,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness import files
+from harness.manifest import digest
 from harness.results import config_hash
 from train.data import prompts_hash
 from train.formats import CodBounds
-from train.manifest import digest
 from train.teachers.base import TeacherPrompts
 
 OBJ = {"model": "Qwen/Qwen2.5-0.5B", "note": "naïve ✓", "n": [1, 2.5, None]}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness import synth
+from harness.data import synth
 from train.data_config import compose_data_config
 from train.formats import CodBounds, Verdict, check_cod, check_cot, split_steps
 from train.teachers.synthetic import solutions

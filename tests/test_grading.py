@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.grading import (
+from harness.data.grading import (
     INVALID,
     extract_answer,
     grade,

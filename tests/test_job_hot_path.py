@@ -8,11 +8,12 @@ import statistics
 
 import pytest
 
-from harness import engine as engines
-from harness import results, runner
+from harness import results
+from harness.backends import engine as engines
 from harness.config import compose_config
-from harness.job import repeat_configs, run_or_record_failure
-from harness.runner import Offline, prepare, run, warm_up
+from harness.sweep import runner
+from harness.sweep.job import repeat_configs, run_or_record_failure
+from harness.sweep.runner import Offline, prepare, run, warm_up
 
 pytestmark = pytest.mark.slow
 SLOW_GRADE_S = 1.0

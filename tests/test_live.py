@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.live import Kind, Live
+from harness.backends.live import Kind, Live
 
 
 @dataclass(eq=False)

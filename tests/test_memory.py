@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from harness import memory
+from harness.backends import memory
+from harness.backends.engine import EngineSpec
 from harness.checks import config_vocab_size
 from harness.config import ConfigError, compose_config
-from harness.engine import EngineSpec
 from harness.speculators.draft_model import check_vocab_sizes
 
 # Published config.json fields (Hugging Face model cards of Qwen2.5).

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from harness import pairing
+from harness.measure import pairing
 from tests import run_fixtures
 
 

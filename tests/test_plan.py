@@ -13,8 +13,8 @@ from pathlib import Path
 from test_datasets import GSM8K_ROWS, MATH_ROWS, write_jsonl
 from test_memory import DRAFT, QWEN_05B, QWEN_14B, TARGET, cache_config
 
+from harness.backends.engine import EngineSpec
 from harness.config import compose_config
-from harness.engine import EngineSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = ["experiment=qwen2.5", "variant=cot_sd", "spec.k=3"]

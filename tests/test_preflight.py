@@ -9,10 +9,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness import engine as engines
-from harness import preflight, results
+from harness import results
+from harness.backends import engine as engines
 from harness.config import compose_config
-from harness.preflight import greedy_steps, replay
+from harness.measure import preflight
+from harness.measure.preflight import greedy_steps, replay
 
 
 def test_a_step_ends_at_the_first_disagreement_and_adds_one_token():
@@ -89,7 +90,7 @@ def estimate_and_measure(
     """The pre-flight estimate of ``draft`` (the speculator of ``variant``, a cot variant)
     from a K = 0 run, and the requests vLLM ran at each K (problem id -> acceptance
     histogram and drafted tokens)."""
-    from harness.job import run_job
+    from harness.sweep.job import run_job
 
     key = compose_config([f"variant={variant}"]).variant.draft
     common = [f"models.targets.cot={target}", f"models.drafts.{key}={draft}",

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import provenance, results
+from harness.backends.engine import EngineSpec
 from harness.config import ConfigError, compose_config, validate
-from harness.engine import EngineSpec
-from harness.job import models_used, repeat_configs, run_key
-from harness.runner import job_info, prepare
-from train.manifest import Manifest, write_manifest
+from harness.manifest import Manifest, write_manifest
+from harness.sweep.job import models_used, repeat_configs, run_key
+from harness.sweep.runner import job_info, prepare
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from harness import reaper
+from harness.backends import reaper
 
 
 def _alive(pid: int) -> bool:
@@ -63,7 +63,7 @@ def test_reap_kills_recorded_processes_and_spares_a_recycled_pid():
 
 PARENT = """
 import os, subprocess, sys, time
-from harness import reaper
+from harness.backends import reaper
 reaper.watch(reaper.tag(), reaper.descendants())
 kids = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]  # exec'd: they carry the tag
 if sys.argv[1:] == ["fork"]:  # forked without exec: no tag, recorded by the watchdog's polls
@@ -118,7 +118,7 @@ def test_stop_ends_the_watchdog_and_leaves_the_processes():
 ENGINE = """
 import sys, time
 import psutil
-from harness import engine
+from harness.backends import engine
 from harness.config import compose_config
 engine.get(engine.EngineSpec.from_config(compose_config(sys.argv[1:])))
 print("pids:", *(p.pid for p in psutil.Process().children(recursive=True)), flush=True)
@@ -128,9 +128,9 @@ time.sleep(600)
 PAIR = """
 import sys, time
 import psutil
-from harness import engine
+from harness.backends import engine
 from harness.config import compose_config
-from harness.runner import prepare
+from harness.sweep.runner import prepare
 assert len(engine.get_all(prepare(compose_config(sys.argv[1:])).specs)) == 2
 print("pids:", *(p.pid for p in psutil.Process().children(recursive=True)), flush=True)
 time.sleep(600)

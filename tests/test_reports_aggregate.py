@@ -10,7 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from harness import calibrate, preflight, results
+from harness import results
+from harness.measure import preflight
+from harness.sweep import calibrate
 from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, tables, theory
 from reports.report import make_report
 from tests import run_fixtures
@@ -273,7 +275,7 @@ def test_a_schedules_k0_level_prices_verify_steps_at_the_nearest_lower_level():
 
 @pytest.mark.parametrize("calibrated_plain_steps", [True, False])
 def test_prompt_lookup_steps_without_drafts_cost_their_own_time(tmp_path, calibrated_plain_steps):
-    from harness import calibrate
+    from harness.sweep import calibrate
 
     lookup = run_fixtures.Variant("cot_ngram", "cot", "ngram", "cot", 0.70, 200)
     base = run_fixtures.Job("f", V["cot"], "synth_easy", "easy", 0, n_problems=20)

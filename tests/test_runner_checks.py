@@ -11,7 +11,7 @@ import pytest
 
 from harness.checks import check_model_dir, looks_local
 from harness.config import ConfigError, compose_config
-from harness.runner import prepare
+from harness.sweep.runner import prepare
 
 
 def _prepare(overrides: list[str]):
@@ -50,7 +50,7 @@ def test_missing_model_directory_is_named(tiny_overrides, tmp_path, role):
 
 
 def test_draft_with_another_tokenizer_is_refused(tiny_overrides, tmp_path):
-    from harness import synth
+    from harness.data import synth
     from train.tiny import TinyModelConfig, build_random_model
     from train.tokenizer import train_tokenizer
 

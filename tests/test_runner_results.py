@@ -173,7 +173,7 @@ def test_a_summary_without_a_digest_is_complete_when_its_table_reads_back(tmp_pa
 def test_a_job_whose_table_was_zeroed_in_the_middle_runs_again(tmp_path, monkeypatch, capsys):
     """The footer still holds the right row count; the bytes are not the ones written, so
     the harness runs the job again instead of skipping it."""
-    from harness import job as jobs
+    from harness.sweep import job as jobs
 
     cfg = compose_config([f"results_dir={tmp_path}"])
     job_dir = results.sweep_dir(cfg) / results.job_name(cfg)

@@ -19,10 +19,11 @@ import pytest
 from test_cli_faults import start_harness
 from test_reaper import all_gone
 
-from harness import arrivals, live, results, server
+from harness import results
+from harness.backends import arrivals, live, server
+from harness.backends.engine import EngineSpec
 from harness.config import compose_config
-from harness.engine import EngineSpec
-from harness.job import run_job
+from harness.sweep.job import run_job
 
 pytestmark = pytest.mark.slow
 
@@ -81,20 +82,6 @@ def test_a_server_job_streams_the_offline_engines_tokens_and_acceptance(override
     assert run_job(rated, progress=False) is None  # complete: skipped on a re-run
 
 
-def test_a_running_server_is_reached_by_url_without_starting_another(overrides):
-    spec_job = compose_config([*overrides, "backend=server"])
-    log = results.sweep_dir(spec_job) / results.SERVER_LOGS / "by-url.log"
-    theirs = server.start(EngineSpec.from_config(spec_job), log, 600)  # not the harness's
-    launches = live.launches(server.SERVER)
-    try:
-        cfg = compose_config([*overrides, "backend=server", f"server.url={theirs.url}/", "seed=1"])
-        summary = run_job(cfg, progress=False)
-    finally:
-        server.stop(theirs)
-    assert live.launches(server.SERVER) == launches and summary.num_requests == 4
-    assert summary.counter_mismatch is None
-
-
 def test_an_interleaved_server_job_pairs_each_request_with_the_plain_targets_server(overrides):
     launches = live.launches(server.SERVER)
     cfg = compose_config([*overrides, "backend=server", "pairing=interleaved", "concurrency=2",
@@ -134,6 +121,22 @@ def _api_servers() -> list[int]:
             if "vllm.entrypoints.openai.api_server" in " ".join(proc.cmdline()):
                 found.append(proc.pid)
     return found
+
+
+def test_a_running_server_is_reached_by_url_without_starting_another(overrides):
+    """Runs after the tests that share the harness's live servers (a job given server.url
+    stops them)."""
+    spec_job = compose_config([*overrides, "backend=server"])
+    log = results.sweep_dir(spec_job) / results.SERVER_LOGS / "by-url.log"
+    theirs = server.start(EngineSpec.from_config(spec_job), log, 600)  # not the harness's
+    launches = live.launches(server.SERVER)
+    try:
+        cfg = compose_config([*overrides, "backend=server", f"server.url={theirs.url}/", "seed=1"])
+        summary = run_job(cfg, progress=False)
+    finally:
+        server.stop(theirs)
+    assert live.launches(server.SERVER) == launches and summary.num_requests == 4
+    assert summary.counter_mismatch is None
 
 
 def test_open_loop_send_times_follow_the_rate_and_burstiness():
@@ -194,8 +197,9 @@ def test_a_killed_or_interrupted_harness_leaves_no_server(overrides, tmp_path, h
 
 
 def test_a_server_that_dies_mid_job_fails_that_job_and_the_next_starts_another(overrides, tmp_path):
-    args = ["-m", *overrides, f"results_dir={tmp_path}", "backend=server", "limit=20",
-            "max_tokens=200", "request_rate=1", "seed=0,1", "dataset=synth_easy"]  # fmt: skip
+    # a job of 20 answers (killed while it runs), then one of 3 on a server of its own
+    args = ["-m", *overrides, f"results_dir={tmp_path}", "backend=server", "limit=20,3",
+            "max_tokens=200", "request_rate=1", "dataset=synth_easy"]  # fmt: skip
     proc = start_harness(args)
     log = tmp_path / "tiny" / results.SERVER_LOGS
     _wait_for_log(proc, log, "POST /v1/completions")  # requests under way
@@ -206,11 +210,11 @@ def test_a_server_that_dies_mid_job_fails_that_job_and_the_next_starts_another(o
     text = err.decode()
     assert "Traceback" not in text and "the vLLM server died (exit code -9)" in text, text[-3000:]
     (failure,) = [json.loads(x) for x in (tmp_path / "tiny" / results.FAILURES).open()]
-    assert failure["job"].startswith("cot_sd-synth_easy-k2-c1-server-rps1-s0-")
+    assert failure["job"] == "cot_sd-synth_easy-k2-c1-server-rps1-s0-t0-n20"
     # the dead server's engine is reaped; the next job starts a server of its own and runs
     assert all_gone([p.pid for p in tree], 30) == []
-    (done,) = (tmp_path / "tiny").glob("cot_sd-*-s1-t0-n20")
-    assert results.read_summary(done)["num_requests"] == 20
+    (done,) = (tmp_path / "tiny").glob("cot_sd-*-s0-t0-n3")
+    assert results.read_summary(done)["num_requests"] == 3
     assert _text(log).count("Application startup complete") == 2
 
 

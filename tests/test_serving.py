@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from harness import schedule
+from harness.backends.engine import EngineSpec
 from harness.config import compose_config
-from harness.engine import EngineSpec
 from harness.results import job_name
 from reports import serving
 

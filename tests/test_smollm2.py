@@ -10,12 +10,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness import calibrate, results
-from harness import engine as engines
+from harness import results
+from harness.backends import engine as engines
 from harness.config import compose_config
-from harness.job import run_job
+from harness.manifest import read_manifest
+from harness.sweep import calibrate
+from harness.sweep.job import run_job
 from train.gguf import SMOLLM2, convert
-from train.manifest import read_manifest
 
 pytestmark = pytest.mark.slow
 

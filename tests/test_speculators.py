@@ -7,8 +7,8 @@ import json
 import pytest
 
 from harness import speculators
+from harness.backends.engine import EngineSpec
 from harness.config import ConfigError, compose_config, validate
-from harness.engine import EngineSpec
 from harness.speculators import suffix
 
 

@@ -26,7 +26,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from harness import calibrate, metrics, results
+from harness import metrics, results
+from harness.sweep import calibrate
 
 pytestmark = pytest.mark.slow
 
@@ -223,6 +224,7 @@ def test_a_job_whose_engine_crashes_is_recorded_and_the_sweep_goes_on(tiny_pair,
     ]
     command += [f"models.targets.cot={broken}", f"models.targets.base={target}"]
     command += [f"results_dir={tmp_path / 'results'}", "limit=2", "max_tokens=8"]
+    command += ["pairing=sequential"]  # one engine for the base job, not an A/A pair
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1
     assert "1 of 2 jobs failed; see failures.jsonl" in run.stderr

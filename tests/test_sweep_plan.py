@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
+from harness.backends.engine import EngineSpec
 from harness.config import ConfigError, compose_config
-from harness.engine import EngineSpec
-from harness.sweeper import plan
+from harness.sweep.sweeper import plan
 
 
 def _grid(**axes: str) -> list[tuple[list[str], object]]:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness import synth
+from harness.data import synth
 from train.formats import CodBounds, check_cod
 from train.teachers.synthetic import solutions
 

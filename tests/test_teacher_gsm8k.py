@@ -5,7 +5,7 @@ import json
 import pytest
 
 from harness.config import ConfigError
-from harness.problems import Problem
+from harness.data.problems import Problem
 from train.data import main
 from train.data_config import compose_data_config
 from train.formats import check_cot

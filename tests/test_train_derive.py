@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from harness import synth
+from harness.data import synth
 from train.config import SFTSettings, compose_train_config
 from train.derive import truncated
 from train.sft import forward_kl, sft

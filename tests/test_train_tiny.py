@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import synth
+from harness.data import synth
 from train.teachers.synthetic import solutions
 from train.tiny import TinyModelConfig, build_random_pair, qwen2_config
 from train.tokenizer import IM_END, PAD, train_tokenizer

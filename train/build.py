@@ -5,28 +5,8 @@
     python -m train.build experiment=smollm2 datasets_dir=path/to/datasets   # CPU, about 45 min
     python -m train.build experiment=qwen2.5               # CUDA; after `python -m train.data experiment=qwen2.5`
 
-Steps (config: ``conf/train/<experiment>.yaml``; model directories: ``models`` of
-``conf/experiment/<experiment>.yaml``):
-
-1. SFT sets ``<data_dir>/<experiment>/<difficulty>/{cot,cod}_{train,val}.jsonl`` from
-   ``train.data`` (remade on the spot when the experiment's teacher needs no model:
-   synthetic, or gsm8k from ``datasets_dir``). No training row may be an evaluation
-   problem (checked on ids).
-2. Base models: the tiny world (``scratch``) trains a byte-level BPE tokenizer, then the
-   base target and base draft from scratch on worked solutions (plain text) and
-   direct-answer chats (:mod:`train.pretrain`); an experiment with a packaged GGUF
-   converts it (:mod:`train.gguf`); otherwise ``models.{targets,drafts}.base`` are given.
-3. Per style (cot, cod): the target = base target + LoRA on the style's set, merged;
-   the target answers the training prompts greedily through vLLM; the draft (the base
-   draft, or with ``draft_layers`` layers of the target, its first ones or with
-   ``draft_last_layers`` its first and last ones, :mod:`train.derive`) is
-   fully fine-tuned on those answers (objective ``sft``) or on the target's next-token
-   distributions over them (``kl``), its embeddings padded to the target's vocab_size
-   when smaller (vLLM's draft-model mode needs equal sizes).
-
-Every model directory gets ``manifest.json``; one whose cache key (parent key, data
-hash, config) is unchanged is skipped, so a re-run with the same inputs trains nothing.
-An interrupted training run resumes from its last checkpoint.
+Config ``conf/train/<experiment>.yaml``. A model whose cache key is unchanged is skipped, and
+an interrupted training run resumes; the steps: docs/EXPERIMENTS.md.
 """
 
 from __future__ import annotations
@@ -38,16 +18,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import synth
 from harness.checks import command, config_vocab_size
 from harness.config import ConfigError, compose_config
-from harness.datasets import load_problems
+from harness.data import synth
+from harness.data.datasets import load_problems
 from harness.files import atomic_dir, replace_dir, write_text
-from harness.speculators.eagle3 import FAMILY as EAGLE3
-from train.config import STYLES, SFTSettings, TrainConfig, compose_train_config
-from train.data import DataLeakError
-from train.gguf import SOURCES, convert
-from train.manifest import (
+from harness.manifest import (
     Manifest,
     build_key,
     data_hash,
@@ -57,6 +33,10 @@ from train.manifest import (
     weights_digest,
     write_manifest,
 )
+from harness.speculators.eagle3 import FAMILY as EAGLE3
+from train.config import STYLES, SFTSettings, TrainConfig, compose_train_config
+from train.data import DataLeakError
+from train.gguf import SOURCES, convert
 from train.teachers.synthetic import solutions
 
 

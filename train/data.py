@@ -7,19 +7,7 @@
     python -m train.data experiment=qwen2.5 teacher=vllm vllm.model=Qwen/Qwen2.5-72B-Instruct
     python -m train.data cancel data/qwen2.5/easy/teacher/cot/state.json experiment=qwen2.5
 
-Per difficulty: load the train split, drop duplicate questions and any question of the
-evaluation split, ask the teacher for a CoT per problem and a CoD per kept CoT, keep a
-problem only if both follow their format (:mod:`train.formats`) and both final answers equal
-the gold answer (:func:`harness.grading.grade`); every drop is counted by reason. Kept
-problems are split into train / val by a hash of the problem id. A teacher stage (CoT or
-CoD) that keeps less than ``min_kept_share`` of what it was sent, or nothing, stops the
-run with one line naming the drop reasons and the teacher's most common error.
-
-Writes ``<out_dir>/<experiment>/<difficulty>/``: ``{cot,cod}_{train,val}.jsonl`` in
-TRL's conversational prompt-completion format (the prompt is
-:func:`harness.prompts.build_messages` with the ``cot`` / ``cod`` system prompt, exactly
-what the benchmark sends), ``records.jsonl`` (one outcome per problem) and
-``manifest.json`` (teacher, model, prompt hashes, counts, data hash).
+Writes ``<out_dir>/<experiment>/<difficulty>/``; what is kept and dropped: docs/EXPERIMENTS.md.
 """
 
 from __future__ import annotations
@@ -35,11 +23,11 @@ from pathlib import Path
 
 from harness.checks import command
 from harness.config import ConfigError, compose_config
-from harness.datasets import load_problems
+from harness.data.datasets import load_problems
+from harness.data.grading import grade
+from harness.data.problems import Problem
+from harness.data.prompts import build_messages
 from harness.files import json_digest, write_text
-from harness.grading import grade
-from harness.problems import Problem
-from harness.prompts import build_messages
 from train.data_config import DataConfig, SourceConfig, compose_data_config
 from train.formats import CodBounds, Verdict, check_cod, check_cot
 from train.teachers.base import Reply, Teacher

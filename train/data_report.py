@@ -3,11 +3,10 @@
     python -m train.data_report experiment=tiny
     python -m train.data_report experiment=qwen2.5 tokenizer=Qwen/Qwen2.5-14B-Instruct
 
-Reads ``<out_dir>/<experiment>/<difficulty>/`` as written by :mod:`train.data` and writes
-``<out_dir>/<experiment>/report/``: ``REPORT.md``, ``lengths.png`` (token-length
-histograms of the kept CoT and CoD completions per difficulty) and ``drops.png``.
-Lengths are counted with the target's tokenizer (default: the experiment's base target,
-``models.targets.base``; override with ``tokenizer=<dir or hub id>``).
+Reads ``<out_dir>/<experiment>/<difficulty>/`` (:mod:`train.data`) and writes
+``<out_dir>/<experiment>/report/``: ``REPORT.md``, ``lengths.png`` (token lengths of the
+kept CoT and CoD completions) and ``drops.png``. Lengths use the target's tokenizer
+(default ``models.targets.base``; ``tokenizer=<dir or hub id>`` overrides it).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The draft is then fine-tuned on these answers, so it learns the target's own output
 distribution (what speculative decoding needs it to predict), errors included. The
-prompts go through the benchmark's own code: :func:`harness.prompts.prompt_token_ids`
+prompts go through the benchmark's own code: :func:`harness.data.prompts.prompt_token_ids`
 and the harness engine.
 """
 
@@ -25,8 +25,8 @@ def distil_rows(
     from transformers import AutoTokenizer
     from vllm import SamplingParams
 
-    from harness import engine
-    from harness.prompts import prompt_token_ids
+    from harness.backends import engine
+    from harness.data.prompts import prompt_token_ids
 
     spec = engine.EngineSpec.plain(str(Path(model_dir).resolve()), engine_settings)
     tokenizer = AutoTokenizer.from_pretrained(spec.target)

@@ -1,13 +1,9 @@
 """EAGLE-3 heads (vLLM's ``method: eagle3``) trained on their target's own hidden states.
 
-A head is speculators' ``Eagle3DraftModel``: one decoder layer over the target's fused
-low, middle and high hidden states and the embedding of the token just emitted, with
-the target's LM head, optionally cut to a draft vocabulary of the target's most frequent
-answer tokens (the ``d2t``/``t2d`` maps vLLM reads). Training is EAGLE-3's training-time
-test: every answer position is unrolled ``ttt_steps`` draft steps, each fed the head's
-own previous output, and each step's loss is the KL to the target's next-token
-distribution there. speculators' trainer assumes CUDA, so this is a small CPU loop
-around its model class; ``save_pretrained`` writes the checkpoint format vLLM loads.
+A head is speculators' ``Eagle3DraftModel`` (one decoder layer over the target's fused low,
+middle and high hidden states and the embedding of the token just emitted), trained with
+EAGLE-3's training-time test in a small CPU loop around that class (speculators' trainer
+assumes CUDA); ``save_pretrained`` writes the format vLLM loads. Options: docs/USAGE.md.
 """
 
 from __future__ import annotations
@@ -73,7 +69,7 @@ def target_features(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from harness.console import progress
-    from harness.prompts import prompt_token_ids
+    from harness.data.prompts import prompt_token_ids
     from harness.speculators.eagle3 import hidden_states
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)

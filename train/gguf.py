@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness.config import ConfigError, compose_config
 from harness.files import file_digest, replace_dir
-from train.manifest import Manifest, digest, is_current, read_manifest, write_manifest
+from harness.manifest import Manifest, digest, is_current, read_manifest, write_manifest
 
 DTYPE = "float32"
 

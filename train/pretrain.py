@@ -1,17 +1,9 @@
 """Pretraining set of the tiny world's base models (trained from scratch).
 
-A base model stands in for an instruction-tuned LM: it has read worked solutions (as a
-pretrained LM has read textbooks) and, when chatting, was tuned to answer the ``direct``
-system prompt with the bare answer. Two kinds of rows, both plain-text prompt-completion
-(loss on the completion only):
-
-- textbook pages: the question, a blank line, then its worked solution, in full (CoT)
-  or terse (CoD: the bare equations); no chat markup, no system prompt, so the model
-  never learns to reason inside a chat;
-- direct chats: the chat-rendered ``direct`` prompt, then ``#### <answer>``.
-
-There are no bare arithmetic drills or facts. What was measured to work and what did not
-(depth, page kinds, steps, drafts) is in docs/TINY_WORLD.md.
+Two kinds of plain-text prompt-completion rows (loss on the completion only): textbook
+pages (a question, a blank line, its worked solution in full (CoT) or terse (CoD); no chat
+markup) and direct chats (the chat-rendered ``direct`` prompt, then ``#### <answer>``).
+No bare arithmetic drills or facts. Why, and what was measured: docs/TINY_WORLD.md.
 """
 
 from __future__ import annotations
@@ -19,8 +11,8 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from harness.problems import Problem
-from harness.prompts import build_messages
+from harness.data.problems import Problem
+from harness.data.prompts import build_messages
 from train.teachers.synthetic import solutions
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import synth
+from harness.data import synth
 from train.teachers.synthetic import solutions
 
 HEAD_DIM = 64

@@ -66,7 +66,7 @@ class Speculator:
         """Whether a checkpoint's config.json is one of this family's."""
         return False
 
-    # pre-flight acceptance (:mod:`harness.preflight`); None: the family has no replay
+    # pre-flight acceptance (:mod:`harness.measure.preflight`); None: the family has no replay
     chains: ClassVar[bool | None] = None  # True: agreement per chain start and depth
 
     def replay_model(self, draft: str) -> Any:

@@ -1,13 +1,10 @@
 """Submitit launchers (SLURM, local) that keep engine reuse when a sweep scales out.
 
-Hydra's submitit launcher makes one task per job, so every job would start its own
-vLLM engine. These subclasses group the jobs of a multirun by engine spec (target,
-draft, K, engine settings): one task per group runs its jobs one after another in one
-process, so the engine starts once per spec, as in a local sweep. Results land in the
-same ``results/<sweep>/<job>/`` tree, and finished jobs are skipped on re-submission.
-
-Selected by ``conf/hydra/launcher/submitit_{slurm,local}.yaml``; before anything is
-submitted, every job's parallelism is checked against the GPUs a task asks for.
+Hydra's submitit launcher makes one task per job; these subclasses group a multirun's jobs
+by engine spec (target, draft, K, engine settings), one task per group running its jobs
+one after another in one process, so each engine starts once, as in a local sweep.
+Selected by ``conf/hydra/launcher/submitit_{slurm,local}.yaml``; every job's parallelism
+is checked against the GPUs a task asks for before anything is submitted.
 """
 
 from __future__ import annotations
@@ -27,9 +24,9 @@ class _EngineGroups:
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
+        from harness.backends.engine import EngineSpec
         from harness.checks import exit_on_bad_input
         from harness.config import check_parallelism
-        from harness.engine import EngineSpec
 
         groups: dict[EngineSpec, list[tuple[int, list[str]]]] = {}
         with exit_on_bad_input():

@@ -1,10 +1,10 @@
-"""draftbench's Hydra sweeper: BasicSweeper's grid, filtered and ordered by ``harness.sweeper``.
+"""draftbench's Hydra sweeper: BasicSweeper's grid, filtered and ordered by ``harness.sweep.sweeper``.
 
 Hydra only instantiates plugins that live in the ``hydra_plugins`` namespace package;
-the planning logic is :func:`harness.sweeper.plan`. Selected by
+the planning logic is :func:`harness.sweep.sweeper.plan`. Selected by
 ``conf/hydra/sweeper/draftbench.yaml``. Every kept job is checked (models, tokenizers,
 prompt lengths) before the first one starts; bad input prints ``error: <message>`` and
-exits with status 2. With ``plan=true`` the plan is printed (``harness.plan``) and no job
+exits with status 2. With ``plan=true`` the plan is printed (``harness.sweep.plan``) and no job
 runs. When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
 """
 
@@ -19,7 +19,7 @@ from omegaconf import open_dict, read_write
 
 
 class DraftbenchSweeper(BasicSweeper):
-    """BasicSweeper whose job list comes from :func:`harness.sweeper.plan`."""
+    """BasicSweeper whose job list comes from :func:`harness.sweep.sweeper.plan`."""
 
     def _compose(self, overrides: list[str]) -> Any:
         assert self.hydra_context is not None and self.config is not None
@@ -33,8 +33,8 @@ class DraftbenchSweeper(BasicSweeper):
     ) -> list[list[list[str]]]:
         from harness import results
         from harness.checks import exit_on_bad_input
-        from harness.runner import prepare
-        from harness.sweeper import plan
+        from harness.sweep.runner import prepare
+        from harness.sweep.sweeper import plan
 
         (grid,) = BasicSweeper.split_arguments(overrides, None)
         composed = [(job, self._compose(job)) for job in grid]
@@ -44,7 +44,7 @@ class DraftbenchSweeper(BasicSweeper):
             if planned.note():
                 print(planned.note())
             if composed and composed[0][1].plan:
-                from harness.plan import show
+                from harness.sweep.plan import show
 
                 show(planned, configs)
                 return []
@@ -60,7 +60,7 @@ class DraftbenchSweeper(BasicSweeper):
         return list(BasicSweeper.split_overrides_to_chunks(planned.jobs, max_batch_size))
 
     def sweep(self, arguments: list[str]) -> Any:
-        from harness.job import FAILED
+        from harness.sweep.job import FAILED
 
         returns = super().sweep(arguments)
         statuses = [r.return_value for batch in returns for r in batch]

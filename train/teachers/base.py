@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from string import Template
 
+from harness.data.problems import Problem
 from harness.files import json_digest
-from harness.problems import Problem
 from train.formats import CodBounds
 
 

@@ -1,37 +1,12 @@
 """Gemini teacher through the Batch API (official ``google-genai`` SDK, pinned 3.3.0).
 
-One stage (all CoT requests, or all CoD requests, of one difficulty) is a batch run:
-
-1. every request becomes a JSONL line ``{"key": <problem id>, "request": <GenerateContentRequest>}``;
-2. lines are packed into jobs under the request / byte / token caps (:func:`plan_jobs`);
-3. the cost is estimated (tokens x price x batch discount) and must be confirmed
-   (``confirm=true`` for non-interactive runs);
-4. each job file is uploaded (``client.files.upload``, explicit ``mime_type``) and
-   submitted (``client.batches.create``) under a unique display name, while the stage's
-   running jobs stay under ``max_queued_tokens`` (the rest waits for earlier jobs); the
-   job name is checkpointed at once. Creation is not idempotent, so it is sent without
-   the client's automatic retries; after an ambiguous error (5xx, timeout) the job is
-   looked up by display name (``client.batches.list``) before another attempt; the
-   uploaded file is deleted when creation fails;
-5. jobs are polled (``client.batches.get``) with exponential backoff until a terminal
-   state; results are downloaded (``client.files.download``, retried) and joined on ``key``;
-6. keys without a result (FAILED / EXPIRED / CANCELLED jobs, per-line errors, malformed
-   lines) are resubmitted, alone, up to ``max_rounds`` submissions per key (an EXPIRED
-   job does not count). A FAILED job's reason is read from its raw response (the SDK
-   drops it for the Gemini API); a job that fails with the same reason as an earlier one
-   for the same keys stops the run.
-
-The checkpoint (``<work_dir>/<stage>/state.json``) holds job names, states and every
-harvested reply, keyed by a digest of the request; an interrupted run polls the jobs it
-already paid for instead of submitting them again. To abandon running jobs::
-
-    python -m train.data cancel data/<experiment>/<difficulty>/teacher/<stage>/state.json \\
-        experiment=<experiment> [gemini.base_url=...]
-
-Every API error surfaces as a :class:`TeacherError` with one line.
-
-The API key comes only from ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY`` and is never
-written to logs, checkpoints or outputs.
+One stage (all CoT, or all CoD, requests of one difficulty) is a batch run: JSONL lines
+packed into jobs (:func:`plan_jobs`), a confirmed cost estimate, jobs submitted under
+``max_queued_tokens`` and checkpointed, polled, results joined on ``key``, missing keys
+resubmitted. The checkpoint (``<work_dir>/<stage>/state.json``) lets an interrupted run
+poll the jobs it paid for; ``python -m train.data cancel`` abandons them. API errors are
+one-line :class:`TeacherError` messages; the API key comes only from the environment. Each
+step and failure mode: docs/RUNBOOK.md.
 """
 
 from __future__ import annotations

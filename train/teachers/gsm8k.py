@@ -10,7 +10,7 @@ carry no annotations: this teacher solves GSM8K only (the data config checks it)
 
 from __future__ import annotations
 
-from harness.problems import Problem
+from harness.data.problems import Problem
 from train.formats import ANSWER_MARK, CALCULATOR_TAG
 from train.teachers.base import SolutionTeacher
 

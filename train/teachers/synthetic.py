@@ -1,6 +1,6 @@
 """The exact teacher of the synthetic tiny world: :func:`solutions`.
 
-A synthetic problem (:mod:`harness.synth`) carries its exact CoT as gold solution; the CoD
+A synthetic problem (:mod:`harness.data.synth`) carries its exact CoT as gold solution; the CoD
 keeps only its equations, one per line (``12 + 5 = 17``: five words; at most five
 operations, so at most five lines), then ``#### <answer>``.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from harness.problems import Problem
+from harness.data.problems import Problem
 from train.teachers.base import SolutionTeacher
 
 _EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")

@@ -55,14 +55,14 @@ class VllmTeacher(PromptedTeacher):
 
     def engine_spec(self) -> Any:
         """The harness engine spec: the teacher as target, no draft model."""
-        from harness.engine import EngineSpec
+        from harness.backends.engine import EngineSpec
 
         return EngineSpec.plain(self.model, asdict(self.cfg.engine))
 
     def complete(self, requests: Sequence[TeacherRequest], stage: str) -> dict[str, Reply]:
         from vllm import SamplingParams
 
-        from harness import engine
+        from harness.backends import engine
 
         live, _ = engine.get(self.engine_spec())
         params = SamplingParams(

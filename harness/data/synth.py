@@ -1,21 +1,11 @@
 """The synthetic problem generator: seeded arithmetic word problems of the tiny world.
 
-A problem is a story (someone's stickers, a water tank, a bus, ...) whose quantity goes
-through a chain of operations: add, subtract, multiply by a small factor, divide evenly.
-Depth grows with difficulty (1-2, 3-4 and 5 operations), the ceiling on the running value
-a little (20, 25, 30; :data:`LEVELS`). Everything is seeded and
-deterministic. Each question text is hashed to exactly one split, so train, val and test
-never share a question, whatever ``n`` and ``seed`` are; ids are the same hash.
-
-A problem's gold solution is its exact CoT: each sentence of the question restated with
-its equation appended (``12 + 5 = 17.``), then ``#### <answer>``. The exact CoD (the
-equations alone) is derived from it by the synthetic teacher, :mod:`train.teachers.synthetic`.
-
-The curriculum is shaped for a one-million-parameter model trained for minutes: operands
-1-9 at every level, the numbers appear in the question in the order they are used, the
-running value stays below ``max_value`` and every answer is a non-negative integer. CoT
-and CoD write equations the same way (spaced), so the CoD format is new in layout only.
-One small table of arithmetic facts serves every level (why: docs/TINY_WORLD.md).
+A problem is a story whose quantity goes through a chain of operations (add, subtract,
+multiply by a small factor, divide evenly), deeper with difficulty (:data:`LEVELS`).
+Everything is seeded; each question text is hashed to exactly one split (train, val and
+test never share one) and ids are the same hash. The gold solution is the exact CoT (each
+sentence restated with its equation, then ``#### <answer>``); the exact CoD is derived
+from it by :mod:`train.teachers.synthetic`. The curriculum and why: docs/TINY_WORLD.md.
 """
 
 from __future__ import annotations
@@ -24,7 +14,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from harness.problems import Problem
+from harness.data.problems import Problem
 
 SPLITS = {"train": (0, 80), "val": (80, 90), "test": (90, 100)}  # percent buckets
 

@@ -1,9 +1,9 @@
 """Plan mode (``plan=true``): print what a sweep would run, start nothing.
 
 For each engine spec in launch order: the exact ``vllm.LLM`` keyword arguments
-(:meth:`harness.engine.EngineSpec.llm_kwargs`), or the server's command line on the
+(:meth:`harness.backends.engine.EngineSpec.llm_kwargs`), or the server's command line on the
 server backend, the memory pre-flight
-(:mod:`harness.memory`), the vocab pre-flight, the pairing (an interleaved job's engine
+(:mod:`harness.backends.memory`), the vocab pre-flight, the pairing (an interleaved job's engine
 and its baseline on one device, or why they fall back to sequential), then its jobs
 with requests and maximum output tokens; totals last. Needs no GPU, no hub and no built models: problems are
 counted when their files are local, otherwise the job's limit (or "all") is shown.
@@ -17,14 +17,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import memory, speculators
+from harness import speculators
+from harness.backends import memory
+from harness.backends.engine import EngineSpec
+from harness.backends.server import HOST, server_args
 from harness.checks import looks_local, model_config
-from harness.datasets import load_problems
-from harness.engine import EngineSpec
+from harness.data.datasets import load_problems
 from harness.results import job_name
-from harness.runner import choose_engines
-from harness.server import HOST, server_args
-from harness.sweeper import Plan
+from harness.sweep.runner import choose_engines
+from harness.sweep.sweeper import Plan
 
 
 def requests_of(cfg: Any) -> tuple[int | None, bool]:
@@ -41,7 +42,7 @@ def requests_of(cfg: Any) -> tuple[int | None, bool]:
 
 def _bases(cfg: Any) -> tuple[str | None, str | None]:
     """The base target and draft: the architecture of trained models not built yet (a head
-    has no base: ``harness.memory`` sizes an unbuilt one as a layer of its target)."""
+    has no base: ``harness.backends.memory`` sizes an unbuilt one as a layer of its target)."""
     return cfg.models.targets.get("base"), speculators.of(cfg.variant).unbuilt_base(cfg)
 
 
@@ -52,7 +53,7 @@ def _missing(spec: EngineSpec) -> list[str]:
 def pair_lines(spec: EngineSpec, cfg: Any) -> list[str]:
     """How an interleaved job's engine shares its device with its baseline (the target's
     plain engine): each engine's memory, or why the job runs alone
-    (:func:`harness.runner.choose_engines` decides)."""
+    (:func:`harness.sweep.runner.choose_engines` decides)."""
     if cfg.pairing != "interleaved":
         return ["  pairing: sequential (the K = 0 run is the baseline)"]
     engines = choose_engines(cfg, _bases(cfg))

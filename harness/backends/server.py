@@ -3,9 +3,9 @@ by URL (:func:`connect`), and the streaming client that sends a job's requests t
 
 A started server is ``python -m vllm.entrypoints.openai.api_server`` with a spec's engine
 arguments on a free loopback port, in its own session (Ctrl-C reaches only the harness,
-which stops it) under a ``harness.reaper`` watchdog; live ones are backends of kind
-:data:`SERVER` in the one cache, :mod:`harness.live`. :meth:`Server.generate` streams
-completions at the job's :class:`harness.arrivals.Load`, recording each request's send
+which stops it) under a ``harness.backends.reaper`` watchdog; live ones are backends of kind
+:data:`SERVER` in the one cache, :mod:`harness.backends.live`. :meth:`Server.generate` streams
+completions at the job's :class:`harness.backends.arrivals.Load`, recording each request's send
 time, chunk gaps and speculative metrics.
 """
 
@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from harness import arrivals, live, metrics, reaper
-from harness.engine import ENV, EngineSpec, environment
+from harness import metrics
+from harness.backends import arrivals, live, reaper
+from harness.backends.engine import ENV, EngineSpec, environment
 from harness.files import key_digest
 from harness.records import Completion
 

@@ -3,7 +3,7 @@
 An engine is ``vllm.LLM(target, speculative_config={"method": ..., ...})`` built from
 an :class:`EngineSpec`; the method is a speculator family of :mod:`harness.speculators`.
 Seeds are per request (``SamplingParams.seed``), so they are not part of the spec. Live
-engines are backends of kind :data:`OFFLINE` in the one cache, :mod:`harness.live`, which
+engines are backends of kind :data:`OFFLINE` in the one cache, :mod:`harness.backends.live`, which
 keeps, stops and starts them (:func:`get_all`: an interleaved job asks for two engines).
 """
 
@@ -20,7 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness import live, reaper, schedule, speculators
+from harness import schedule, speculators
+from harness.backends import live, reaper
 from harness.checks import resolve_model
 
 # Per-step accepted/drafted arrays make rejection_tokens possible; cost: two ints per step.
@@ -153,14 +154,14 @@ def get(spec: EngineSpec) -> tuple[Engine, bool]:
 
 def get_all(specs: Sequence[EngineSpec]) -> list[tuple[Engine, bool]]:
     """One live engine per entry of ``specs`` (a spec listed twice gets two instances) and
-    whether each was reused, by :func:`harness.live.get_all`'s rule (each started engine is
+    whether each was reused, by :func:`harness.backends.live.get_all`'s rule (each started engine is
     warmed up). Only the engine started last keeps vLLM's engine counters
     (``LLM.get_metrics``)."""
     return live.get_all(OFFLINE, specs)
 
 
 def clear() -> None:
-    """Stop every live backend (:func:`harness.live.clear`) and release its memory."""
+    """Stop every live backend (:func:`harness.backends.live.clear`) and release its memory."""
     live.clear()
 
 

@@ -1,14 +1,8 @@
 """Interleaved pairing: the order in which a job's engine (side A) and its baseline engine
-(side B, the target without a speculator; at K = 0 a second instance of the same engine,
-the A/A check) receive the same problems, and the join of the two sides' records.
-
-Problems go in waves of the job's concurrency. The sides take turns wave by wave in the
-order of :data:`PATTERN` (ABBA: wave 0 A then B, wave 1 B then A, ...), so each side runs
-first in half the waves and right after a switch in half of them; before each switch's
-first wave the engine switched to runs one unrecorded short request (``settle``), which
-takes the cost of waking it (``bench/pairing.py`` measures both). Each of the job's
-records then carries its problem's baseline timing and output hash (:func:`join`): the
-paired speedup divides two measurements seconds apart, not two runs.
+(side B; at K = 0 a second instance of the same engine, the A/A check) receive the same
+problems, wave by wave in the order of :data:`PATTERN` with a short unrecorded request
+(``settle``) before each switch's first wave, and the join of the two sides' records
+(:func:`join`). Definitions: docs/METRICS.md; what it was measured to do: docs/PAIRING.md.
 """
 
 from __future__ import annotations

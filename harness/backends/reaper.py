@@ -1,16 +1,11 @@
 """A watchdog that kills an engine's processes when the process that started them dies.
 
-vLLM on CPU starts its EngineCore and workers with fork+exec, so they outlive a
-SIGKILLed parent. Before an engine starts, :func:`tag` puts a fresh token in this
-process's environment (every process the engine execs inherits it) and :func:`watch`
-starts ``python -m harness.reaper <parent> <token> <pid>:<start>...`` in its own session
-(a terminal's Ctrl-C does not reach it), the pairs naming the parent's processes that
-were there before. It records the parent's new descendants every :data:`POLL_S` until
-the parent is gone, then SIGTERMs, and after :data:`GRACE_S` SIGKILLs, those still alive
-with their recorded start time (a recycled pid is never touched), their descendants, and
-every process started with the token (until it renames itself, as vLLM's do, which hides
-its environment): the engine is guarded during its start-up too.
-:func:`stop` ends the watchdog on a normal shutdown.
+vLLM on CPU starts its EngineCore and workers with fork+exec, so they outlive a SIGKILLed
+parent. :func:`tag` puts a fresh token in the environment before an engine starts;
+:func:`watch` starts ``python -m harness.backends.reaper <parent> <token> <pid>:<start>...``
+in its own session, which records the parent's new descendants every :data:`POLL_S` and,
+once the parent is gone, SIGTERMs then SIGKILLs them (matched by start time) and every
+process with the token. :func:`stop` ends it on a normal shutdown.
 """
 
 from __future__ import annotations
@@ -86,7 +81,7 @@ def watch(token: str, known: Iterable[tuple[int, float]]) -> subprocess.Popen:
     """Start the watchdog of this process's processes other than ``known`` ((pid, create
     time) pairs), and of those started with ``token`` (:func:`tag`)."""
     args = [f"{pid}:{start!r}" for pid, start in sorted(known)]
-    command = [sys.executable, "-m", "harness.reaper", str(os.getpid()), token, *args]
+    command = [sys.executable, "-m", "harness.backends.reaper", str(os.getpid()), token, *args]
     return subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
 
 

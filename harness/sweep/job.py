@@ -12,13 +12,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness import calibrate, live, metrics, provenance, results, server
+from harness import metrics, provenance, results
+from harness.backends import live, server
+from harness.backends.engine import OFFLINE
 from harness.config import ConfigError
-from harness.datasets import DatasetError
-from harness.engine import OFFLINE
+from harness.data.datasets import DatasetError
 from harness.files import key_digest
 from harness.records import RequestRecord, RunSummary
-from harness.runner import Offline, PreparedJob, prepare, run, warm_up
+from harness.sweep import calibrate
+from harness.sweep.runner import Offline, PreparedJob, prepare, run, warm_up
 
 # What happened to a job (the Hydra task function's return value).
 RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
@@ -108,7 +110,7 @@ class Started:
 
 class Reference:
     """The drift sentinel of one job: a fixed calibration request
-    (:func:`harness.calibrate.reference`) timed on one engine at the job's start and end,
+    (:func:`harness.sweep.calibrate.reference`) timed on one engine at the job's start and end,
     on its baseline engine when interleaved (the plain target, the same across the
     target's jobs), else on its own."""
 

@@ -3,7 +3,7 @@
 :func:`prepare` does everything that needs no engine (and raises ConfigError on bad
 input); :func:`run` sends the prompts through a backend (:class:`Offline`, a live
 ``vllm.LLM`` stepped here keeping ``concurrency`` requests in flight; or
-``harness.server.Server``, streamed over HTTP at the job's load) and returns one
+``harness.backends.server.Server``, streamed over HTTP at the job's load) and returns one
 :class:`RequestRecord` per problem. Prompts are rendered with the target tokenizer's chat
 template and sent as token ids, so the length check and the engine see the same tokens.
 """
@@ -16,8 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from harness import console, memory, metrics, pairing, schedule, speculators
-from harness.arrivals import Load
+from harness import console, metrics, schedule, speculators
+from harness.backends import memory
+from harness.backends.arrivals import Load
+from harness.backends.engine import WARMUP_TOKENS, EngineSpec
 from harness.checks import (
     check_model_dir,
     check_prompt_lengths,
@@ -25,11 +27,11 @@ from harness.checks import (
     load_tokenizer,
 )
 from harness.config import ConfigError, validate
-from harness.datasets import load_problems
-from harness.engine import WARMUP_TOKENS, EngineSpec
-from harness.grading import grade
-from harness.problems import Problem
-from harness.prompts import build_messages, prompt_token_ids
+from harness.data.datasets import load_problems
+from harness.data.grading import grade
+from harness.data.problems import Problem
+from harness.data.prompts import build_messages, prompt_token_ids
+from harness.measure import pairing
 from harness.records import Completion, JobInfo, RequestRecord
 from harness.results import job_name
 
@@ -137,7 +139,7 @@ def choose_engines(cfg: Any, bases: tuple[str | None, str | None] = (None, None)
     """The one decision of interleaved or sequential: a pair when ``pairing=interleaved``,
     the job can have a baseline beside it (:func:`runs_alone`) and both fit one device
     (each with half of ``gpu_memory_utilization`` on a GPU), else the job's engine alone.
-    ``bases``: the base models of models not built yet (``harness.memory``)."""
+    ``bases``: the base models of models not built yet (``harness.backends.memory``)."""
     spec = EngineSpec.from_config(cfg)
     if cfg.pairing != "interleaved":
         return Engines(spec, None)
@@ -171,7 +173,7 @@ def prepare(cfg: Any) -> PreparedJob:
 
     Raises:
         ConfigError: a bad value, a missing model directory, an engine that cannot fit
-            its GPU (``harness.memory``), draft and target tokenizers that differ, or a
+            its GPU (``harness.backends.memory``), draft and target tokenizers that differ, or a
             prompt that does not fit max_model_len.
         DatasetError: problems that cannot be loaded.
     """
@@ -275,7 +277,7 @@ def completion_of(output: Any) -> Completion:
 
 
 class Backend(Protocol):
-    """Turns prompts into completions: :class:`Offline` or ``harness.server.Server``."""
+    """Turns prompts into completions: :class:`Offline` or ``harness.backends.server.Server``."""
 
     def generate(
         self,
@@ -399,7 +401,7 @@ def interleave(
     on_settle: Callable[[str, Completion], None] | None = None,
 ) -> dict[str, float]:
     """Run every request of ``job`` on both sides (``backends`` by side), wave by wave in
-    :func:`harness.pairing.schedule`'s order; returns each side's generation seconds.
+    :func:`harness.measure.pairing.schedule`'s order; returns each side's generation seconds.
 
     ``settle``: one unrecorded short request on the backend switched to before its wave,
     its completion passed to ``on_settle(side, completion)``.
@@ -436,7 +438,7 @@ def run(
 
     With ``baseline`` (the backend of ``job.baseline``) the requests interleave with the
     same problems on it (:func:`interleave`) and each record carries its pair's timing
-    (:func:`harness.pairing.join`). Generation only keeps the finished completions;
+    (:func:`harness.measure.pairing.join`). Generation only keeps the finished completions;
     grading, decoding and records come after it, so no request waits on them. The
     progress bar shows the job's problems done, output tokens/s and acceptance so far.
     """

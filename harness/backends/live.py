@@ -1,5 +1,5 @@
 """The live backends of this process: one cache of the offline ``vllm.LLM`` engines
-(:mod:`harness.engine`) and vLLM servers (:mod:`harness.server`) it started, keyed by
+(:mod:`harness.backends.engine`) and vLLM servers (:mod:`harness.backends.server`) it started, keyed by
 (kind, spec), so the jobs of a multirun that share a spec reuse them. :func:`get_all`
 keeps the backends a job asks for (a spec listed twice gets two), stops every other one
 first (any kind's, and any that died) so its memory returns, then starts the missing ones,

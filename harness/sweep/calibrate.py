@@ -1,42 +1,12 @@
 """Calibration: the measured time of one target token and of one verify step per engine spec.
 
-    python -m harness.calibrate                     # the experiment's sweep grid
-    python -m harness.calibrate variant=cot_sd,cod_sd spec.k=0,1,3,5 concurrency=1,4
-    python -m harness.calibrate ... force=true      # measure again even when cached
+    python -m harness.sweep.calibrate                     # the experiment's sweep grid
+    python -m harness.sweep.calibrate variant=cot_sd,cod_sd spec.k=0,1,3,5 concurrency=1,4
+    python -m harness.sweep.calibrate ... force=true      # measure again even when cached
 
-Takes the same overrides as ``python -m harness -m`` (comma lists sweep; the experiment's
-``hydra.sweeper.params`` apply), plans the sweep the same way and, for every engine spec
-and concurrency of its jobs, sends :data:`REQUESTS_PER_SLOT` x concurrency prompts of
-:data:`PROMPT_TOKENS` tokens with ``ignore_eos`` and :data:`OUTPUT_TOKENS` new tokens
-through the real engine. It measures
-
-- at K = 0: the target's time per token, decode time / (output tokens - 1);
-- at K > 0: the time of one verify step T_step(K), decode time / verify steps (steps from
-  the request's ``spec_decode_metrics``). A model-free proposer (ngram prompt lookup)
-  drafts only where it finds a match, and vLLM counts only the steps with drafts; the
-  requests then stream one output per engine step, a step that emitted two or more tokens
-  prices a verify step and the steps without drafts get the rest of the decode time
-  (:func:`step_costs`);
-- for a draft model: the draft's own time per token, the draft run as a target at K = 0;
-- for a speculator run closed loop at two or more concurrencies (where the report
-  recommends a K schedule): its time per token with speculation off, the same engine
-  with vLLM's per-batch-size schedule at K = 0 for every batch size
-  (:func:`speculation_off`), what a schedule's K = 0 costs with the draft or head still
-  loaded.
-
-Decode time is last token time - first token time (e2e - TTFT); times pool over the
-requests (sum of decode time / sum of steps or tokens). Results are cached as
-``<results_dir>/<sweep>/.calibration/<key>.json``, the key a digest of the engine's
-arguments, the models' identity (:func:`harness.provenance.model_identity`, as in the run
-key), the calibration's own settings, the vLLM / torch / transformers versions and the
-hardware; a cached
-concurrency is not measured again, and a new file replaces the older ones of the same
-target, draft, K and K schedule.
-
-A sweep's jobs calibrate their own engine (:func:`on_live_engine`, after the job's
-warm-up, when its spec and concurrency have no measurement yet), so this command after a
-sweep only starts the engines no job ran: each draft model as a plain target, and each
-speculator with speculation off.
+Takes the same overrides as ``python -m harness -m`` and plans the sweep the same way; it
+starts only the engines no job calibrated (each draft model as a plain target, each
+speculator with speculation off). What is measured: docs/METRICS.md, docs/COST_MODEL.md.
 """
 
 from __future__ import annotations
@@ -166,7 +136,7 @@ class Entry:
     target: str  # the job's ``target`` column (the draft's name for a draft-as-target entry)
     draft: str | None  # the job's ``draft`` column; None at K = 0 (but speculation off)
     k: int  # 0 for a plain engine or speculation off: measured per token
-    spec: Any  # harness.engine.EngineSpec
+    spec: Any  # harness.backends.engine.EngineSpec
 
     @property
     def k_schedule(self) -> str | None:
@@ -215,8 +185,8 @@ def cache_key(entry: Entry) -> str:
 def job_entry(cfg: Any, spec: Any = None) -> Entry:
     """The engine spec of a composed job config (``spec`` when given: the one the job
     runs), under the job's model names."""
-    from harness.engine import EngineSpec
-    from harness.runner import speculator
+    from harness.backends.engine import EngineSpec
+    from harness.sweep.runner import speculator
 
     spec = spec or EngineSpec.from_config(cfg)
     return Entry(cfg.models.targets[cfg.variant.target], speculator(cfg), spec.k, spec)
@@ -226,7 +196,7 @@ def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     """Engine specs of the planned jobs (plus each draft model as a plain target: a head
     cannot run alone; and each speculator at one K planned closed loop at two or more
     concurrencies with speculation off), each with the concurrencies its jobs run at."""
-    from harness.engine import EngineSpec
+    from harness.backends.engine import EngineSpec
 
     wanted: dict[Entry, set[int]] = {}
     off: dict[Entry, set[int]] = {}
@@ -265,7 +235,7 @@ def measure(
     llm: Any, tokenizer: Any, k: int, concurrency: int, requests: int = REQUESTS_PER_SLOT
 ) -> Measurement:
     """Time ``requests`` x ``concurrency`` fixed-length requests on a live engine."""
-    from harness.runner import generate
+    from harness.sweep.runner import generate
 
     streams: dict[str, list[tuple[float, int]]] = {}
     timings: list[Timing] = []
@@ -348,9 +318,9 @@ def calibrate(
     ``baseline`` (K > 0: the live plain engine of the entry's target) is measured right
     before each concurrency, and a cached measurement without it is taken again.
     """
-    from harness import live
+    from harness.backends import live
+    from harness.backends.engine import OFFLINE
     from harness.checks import load_tokenizer
-    from harness.engine import OFFLINE
 
     path = out_dir / f"{cache_key(entry)}.json"
     cached = None if force else read(path)
@@ -466,8 +436,8 @@ def planned_configs(overrides: list[str]) -> list[Any]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from harness.config import check_group_overrides, check_overrides, compose_config
-    from harness.runner import prepare
-    from harness.sweeper import plan
+    from harness.sweep.runner import prepare
+    from harness.sweep.sweeper import plan
 
     check_group_overrides(overrides)
     check_overrides(overrides)
@@ -485,7 +455,8 @@ def planned_configs(overrides: list[str]) -> list[Any]:
 
 def run(overrides: list[str]) -> list[Path]:
     """Calibrate every engine spec of the planned sweep; returns the files written or reused."""
-    from harness import live, results
+    from harness import results
+    from harness.backends import live
 
     cfgs = planned_configs(overrides)
     sweep = results.sweep_dir(cfgs[0])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.problems import Problem
+from harness.data.problems import Problem
 
 
 def build_messages(

@@ -1,16 +1,10 @@
 """Planning a multirun: which of the composed combinations run, and in what order.
 
-The Hydra plugin (``hydra_plugins/draftbench_sweeper``) expands the grid like Hydra's
-BasicSweeper, composes every combination and hands them to :func:`plan`, which
-
-- drops combinations with ``spec.k > 0`` for a variant without a speculator (a draft
-  model or a model-free method such as ngram);
-- drops ``k = 0`` jobs of a variant with a speculator when the sweep also has the
-  speculator-less variant of the same target and prompt style (the same baseline twice);
-- orders jobs by target (an interleaved job keeps its target's plain engine alive
-  beside its own, so the target's jobs reuse it), then so each engine spec's jobs are
-  consecutive (one engine launch per spec), the k = 0 spec first, and the dataset
-  varies fastest within a spec.
+The Hydra plugin (``hydra_plugins/draftbench_sweeper``) composes every combination of the
+grid and hands them to :func:`plan`, which drops K > 0 for a variant without a speculator
+and the K = 0 jobs that repeat a speculator-less twin's baseline, and orders the jobs by
+target, then engine spec (K = 0 first, dataset fastest). The rules: Sweeps in
+docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -21,8 +15,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from harness.backends.engine import EngineSpec
 from harness.config import ConfigError, validate
-from harness.engine import EngineSpec
 from harness.files import json_digest
 from harness.results import config_hash, job_name, resolved_config
 from harness.speculators import can_speculate

@@ -1,14 +1,9 @@
 """Memory pre-flight: does a job's engine fit its GPU? Estimated from each model's config.json.
 
-Per GPU (rank 0, which also holds a draft run with tensor parallelism 1):
-
-    target weights / TP + draft weights / draft TP
-    + KV cache of both for concurrency x max_model_len tokens (KV heads split by TP)
-    + OVERHEAD_GB (CUDA context, activations of vLLM's profiling pass, CUDA graphs)
-
-against ``gpu_memory_utilization`` x the GPU's memory: the visible GPU's when there is
-one, else ``engine.gpu_memory_gb``. Sizes are in GB = 1e9 bytes. CPU engines are not
-checked (their KV cache is ``cpu_kvcache_space_gib``).
+Per GPU (rank 0): target weights / TP + draft weights / draft TP + the KV cache of both
+for concurrency x max_model_len tokens + :data:`OVERHEAD_GB`, against
+``gpu_memory_utilization`` x the GPU's memory (the visible GPU's, else
+``engine.gpu_memory_gb``). CPU engines are not checked. What it counts: docs/USAGE.md.
 """
 
 from __future__ import annotations

@@ -2,32 +2,9 @@
 
 Extraction is a chain of small named extractors (the lm-eval pattern); the first that
 finds something gives the answer, and what none finds is :data:`INVALID`, never an
-exception. Each style has three chains (:data:`CHAINS`): the headline one, ``strict``
-and ``flexible`` (lm-eval reports GSM8K both ways).
-
-``number`` (GSM8K, synthetic):
-
-- headline: with a ``####`` the answer is the first number on the first ``####`` line
-  (a ``####`` line without a number is no answer, no fallback); else the last number.
-- strict: the ``####`` answer only (lm-eval strict-match); flexible: the last number in
-  the whole output (lm-eval flexible-extract).
-- equality is of exact values: ``$``, ``**``, thousands commas, a sentence-final period
-  and units around the number do not matter; ``42.0``, ``.5``, ``007``, ``1/2``,
-  ``\\frac{1}{2}``, ``1e3`` and the Unicode minus are numbers. ``%`` is dropped (never
-  divided by 100); no rounding, no substrings.
-
-``math`` (MATH):
-
-- headline and flexible: the last ``\\boxed{}`` (an empty box is no answer), the
-  ``####`` line, the Minerva "Final Answer: The final answer is $X$" line, "the
-  answer/correct option is X", then a closing ``x = 5`` line (not while trying a
-  candidate). strict: only the committed formats, box, ``####`` or Final Answer.
-- equality: option letters (``C`` = ``\\text{(C)}``), then normalised strings, then
-  math-verify's value equivalence (inequalities against intervals too) under a timeout.
-  Units, ``\\%``, ``\\$``, degrees and ``\\left``/``\\right`` are cosmetic;
-  ``0.\\overline{3}`` is 1/3. Decimals count at their exact value only, so 0.5 = 1/2
-  but 0.333333 is not 1/3 and 3.14159 is not pi. A set is not an ordered pair and an
-  interval's brackets matter.
+exception. Each answer style (``number``: GSM8K, synthetic; ``math``: MATH) has three
+chains (:data:`CHAINS`): the headline one, ``strict`` and ``flexible`` (lm-eval's
+strict-match and flexible-extract). Each chain's extractors and equality: docs/METRICS.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Pre-flight acceptance: what a greedy draft will accept, from a K = 0 run's own outputs.
 
-    python -m harness.preflight RUN_DIR [RUN_DIR ...] --draft DIR [--ks 1,3,5]
+    python -m harness.measure.preflight RUN_DIR [RUN_DIR ...] --draft DIR [--ks 1,3,5]
 
-For each request of a K = 0 run the draft reads prompt + output tokens in one
-teacher-forced forward pass (Hugging Face transformers, CPU), which gives, at every
-output position, whether the draft's greedy token equals the target's. Replaying vLLM's
-step structure over that agreement vector (:func:`greedy_steps`) gives the verify steps,
-drafted and accepted tokens a greedy draft gets at each K without running it. A step that
-reaches the output's end with drafts left is verified past it too (vLLM trims the tokens
-after verification and counts the drafts accepted there), so for those requests the
-target continues its output greedily for up to max(K) tokens (:func:`continuation`) and
-the draft's agreement extends over them. Written to ``RUN_DIR/preflight.json`` under the
-draft's name as given (use the name the sweep's config gives the draft, so the report can
-pair it with the K > 0 runs), with each request's agreement (``agree``: problem id ->
-"0"/"1" per output position; ``beyond``: the same past the output's end).
-
-An EAGLE-3 head (``--draft`` a speculators checkpoint) drafts from the target's hidden
-states, and its j-th draft depends on where its chain started, so its agreement is per
-chain start and depth: the head's training-time-test unroll over the target's hidden
-states of prompt + output (and the target's continuation past the end) gives, for a chain
-starting after output token ``p``, its draft at each depth; that is the chain vLLM runs
-(every earlier position's head state from the target's hidden states, the chain's own
-from the head), so the replay is exact up to float rounding. Stored depth-major:
-``agree`` holds one "0"/"1" string per depth, each over the chain starts of the output,
-a chain's drafts past the end checked against the target's continuation.
+The draft (or EAGLE-3 head) reads each request's prompt + output teacher-forced;
+:func:`greedy_steps` replays vLLM's steps over its agreement with the target, and
+:func:`continuation` extends the output past its end. Written to ``RUN_DIR/preflight.json``
+under the draft's name as given (use the sweep config's name, so the report can pair it
+with the K > 0 runs). Agreement and the replay: docs/METRICS.md, docs/COST_MODEL.md.
 """
 
 from __future__ import annotations
@@ -135,8 +118,8 @@ def run_prompts(summary: dict[str, Any], problem_ids: Sequence[str]) -> dict[str
     from omegaconf import OmegaConf
 
     from harness.checks import load_tokenizer
-    from harness.datasets import load_problems
-    from harness.prompts import build_messages, prompt_token_ids
+    from harness.data.datasets import load_problems
+    from harness.data.prompts import build_messages, prompt_token_ids
 
     cfg = OmegaConf.create(summary["config"])
     tokenizer = load_tokenizer(summary["target"])
@@ -243,7 +226,7 @@ def main(argv: list[str]) -> int:
     """Estimate and write; print each file. Returns the exit code (2: bad input)."""
     from harness.checks import check_model_dir
 
-    parser = argparse.ArgumentParser(prog="python -m harness.preflight")
+    parser = argparse.ArgumentParser(prog="python -m harness.measure.preflight")
     parser.add_argument("runs", nargs="+", type=Path, help="K = 0 run directories")
     parser.add_argument("--draft", required=True, help="the draft model, named as in the sweep")
     parser.add_argument(

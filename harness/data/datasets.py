@@ -1,22 +1,12 @@
-"""Dataset loaders: every source becomes a list of :class:`Problem`.
-
-Sources (``dataset.source``):
-
-- ``gsm8k``: Hugging Face ``openai/gsm8k`` (config ``main``) or a local JSONL in the
-  original format (``question``, ``answer`` ending in ``#### N``) via ``dataset.path``.
-- ``math``: the Hugging Face copy of MATH (one config per subject) or a local JSONL with
-  the original fields (``problem``, ``solution``, ``level``, ``type``), filtered by
-  ``dataset.math_type`` and ``dataset.levels``. The gold answer is the last ``\\boxed{}``.
-- ``synth``: the seeded generator in :mod:`harness.synth`.
+"""Dataset loaders: every source (``dataset.source``) becomes a list of :class:`Problem`.
 
 Check a local file (counts, and gold solutions graded against their own gold answers)::
 
-    python -m harness.datasets dataset=gsm8k dataset.path=path/to/gsm8k_test.jsonl
-    python -m harness.datasets dataset=math_intalg_l34 datasets_dir=path/to/datasets
+    python -m harness.data.datasets dataset=gsm8k dataset.path=path/to/gsm8k_test.jsonl
+    python -m harness.data.datasets dataset=math_intalg_l34 datasets_dir=path/to/datasets
 
-``datasets_dir`` is a folder holding the files under their conventional names
-(``gsm8k_{split}.jsonl``, ``math_algebra_l1-2_{split}.jsonl``,
-``math_intermediate_algebra_l3-4_{split}.jsonl``); ``dataset.path`` names one file.
+Sources ``gsm8k``, ``math`` and ``synth``; ``dataset.path`` names one file, ``datasets_dir`` a
+folder of files under their usual names; formats and names: docs/DATASETS.md.
 """
 
 from __future__ import annotations
@@ -29,8 +19,8 @@ from typing import Any
 
 from harness.checks import command
 from harness.config import DatasetConfig, DatasetError
-from harness.grading import grade, last_boxed
-from harness.problems import Problem
+from harness.data.grading import grade, last_boxed
+from harness.data.problems import Problem
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
@@ -177,7 +167,7 @@ def load_problems(cfg: DatasetConfig, limit: int | None = None) -> list[Problem]
         DatasetError: unknown source, missing file, hub unreachable, malformed rows.
     """
     if cfg.source == "synth":
-        from harness import synth
+        from harness.data import synth
 
         if cfg.path is not None:
             raise DatasetError(

@@ -1,0 +1,1 @@
+"""Problems and their grading: datasets, the synthetic generator, prompts, answer checks."""

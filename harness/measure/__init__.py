@@ -1,0 +1,1 @@
+"""Measurements beside a run: interleaved pairing and pre-flight acceptance."""
