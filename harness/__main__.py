@@ -70,6 +70,7 @@ if __name__ == "__main__":
         check_group_overrides,
         check_overrides,
         compose_config,
+        validate,
         with_engine_override,
     )
 
@@ -79,6 +80,7 @@ if __name__ == "__main__":
         check_overrides(sys.argv[1:])
         if not {"-m", "--multirun"} & set(sys.argv):  # a multirun's sweeper takes the lock
             single = compose_config([a for a in sys.argv[1:] if not a.startswith(("-", "hydra"))])
+            validate(single)  # before anything is written (the lock, Hydra's .hydra/)
             if not single.plan:
                 results.lock_sweep(results.sweep_dir(single))
     import torch  # after the checks: bad input exits without paying torch's import

@@ -34,14 +34,22 @@ def resolve_model(name: str) -> str:
     return str(Path(name).expanduser().resolve()) if looks_local(name) else name
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")  # a model directory's weight files
+
+
 def check_model_dir(key: str, name: str) -> None:
-    """A local model name must be an existing directory with a readable config.json."""
+    """A local model name must be an existing directory with a readable config.json and
+    weights."""
     if not looks_local(name):
         return
     if not Path(name).expanduser().is_dir():
         raise ConfigError(f"{key}={name}: model directory not found")
     if model_config(name) is None:
         raise ConfigError(f"{key}={name}: no config.json in the model directory")
+    if not any(p.suffix in WEIGHT_SUFFIXES for p in Path(name).expanduser().iterdir()):
+        raise ConfigError(
+            f"{key}={name}: no model weights (*{', *'.join(WEIGHT_SUFFIXES)}) in the directory"
+        )
 
 
 @lru_cache(maxsize=8)

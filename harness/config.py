@@ -30,6 +30,9 @@ DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")  # vLLM's SpeculativeConfig.d
 PAIRINGS = ("interleaved", "sequential")
 # offline: ``vllm.LLM`` in this process; server: vLLM's OpenAI-compatible server over HTTP
 BACKENDS = ("offline", "server")
+# arrival gaps ~ Gamma(burstiness): beyond this the gaps are constant to float precision and
+# numpy's gamma draws overflow to NaN
+MAX_BURSTINESS = 1e6
 
 
 @dataclass
@@ -372,14 +375,24 @@ def validate(cfg: Any) -> None:
     check_choice("pairing", cfg.pairing, PAIRINGS)
     check_choice("backend", cfg.backend, BACKENDS)
     rate = cfg.request_rate
-    check(rate is None or rate > 0, "request_rate", rate, "must be > 0 (requests/s), inf or null")
+    check(
+        rate is None or (rate > 0 and not math.isnan(rate)),
+        "request_rate",
+        rate,
+        "must be > 0 (requests/s), inf or null",
+    )
     check(
         rate is None or cfg.backend == "server",
         "request_rate",
         rate,
         "open-loop arrivals need backend=server (the offline engine runs closed-loop concurrency)",
     )
-    check(cfg.burstiness > 0, "burstiness", cfg.burstiness, "must be > 0 (1 = Poisson arrivals)")
+    check(
+        math.isfinite(cfg.burstiness) and 0 < cfg.burstiness <= MAX_BURSTINESS,
+        "burstiness",
+        cfg.burstiness,
+        f"must be a finite number in (0, {MAX_BURSTINESS:g}] (1 = Poisson arrivals)",
+    )
     check_slo(cfg.slo)
     url = cfg.server.url
     check(

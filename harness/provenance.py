@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness.checks import looks_local
+from harness.checks import WEIGHT_SUFFIXES, looks_local
 from harness.files import file_digest, key_digest
 from harness.manifest import read_manifest
 
@@ -35,7 +35,6 @@ CONTENT_FILES = (
     "tokenizer.model",
     "chat_template.jinja",
 )
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 

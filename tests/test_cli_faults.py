@@ -55,6 +55,17 @@ def test_type_errors_and_unknown_keys_are_one_line(override, message, tmp_path):
     assert _one_error(_harness(override, f"results_dir={tmp_path}")).startswith(message)
 
 
+@pytest.mark.parametrize("multirun", [(), ("-m",)])
+@pytest.mark.parametrize(
+    "override", ["sweep=../../escaped", "pairing=banana", "request_rate=-1", "limit=0"]
+)
+def test_a_refused_value_writes_nothing(override, multirun, tmp_path):
+    results_dir = tmp_path / "a" / "r"
+    run = _harness(*multirun, "variant=cot", override, f"results_dir={results_dir}")
+    assert _one_error(run).startswith(f"error: {override.split('=')[0]}=")
+    assert list(tmp_path.rglob("*")) == []  # no lock, no .hydra/, inside or outside
+
+
 def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_path):
     sweep = tmp_path / "tiny"
     sweep.mkdir()
@@ -121,6 +132,18 @@ def test_corrupt_model_config_is_named_not_a_tokenizer_failure(tiny_overrides, t
     (target / "config.json").write_text('{"vocab_size": 3,\n  oops}')
     run = _harness(*tiny_overrides, "variant=cot", f"models.targets.cot={target}")
     assert _one_error(run).startswith(f"error: {target / 'config.json'}: line 2: not valid JSON")
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_a_model_directory_without_weights_is_one_line_before_any_engine(
+    role, tiny_overrides, tiny_pair, tmp_path
+):
+    model = shutil.copytree(tiny_pair[role == "draft"], tmp_path / "noweights")
+    for weights in model.glob("*.safetensors"):
+        weights.unlink()
+    key = "models.targets.cot" if role == "target" else "models.drafts.cot"
+    run = _harness(*tiny_overrides, "variant=cot_sd", "spec.k=2", f"{key}={model}")
+    assert _one_error(run).startswith(f"error: {key}={model}: no model weights (*.safetensors")
 
 
 def _check_dataset(path: Path) -> subprocess.CompletedProcess:

@@ -1,5 +1,6 @@
 """The Hydra config tree composes, and bad values fail with one readable line."""
 
+import re
 import subprocess
 import sys
 
@@ -61,7 +62,11 @@ def test_default_variants_validate_at_k0(variant):
         (["backend=grpc"], "backend=grpc: must be one of offline, server"),
         (["request_rate=4"], "request_rate=4.0: open-loop arrivals need backend=server"),
         (["backend=server", "request_rate=0"], r"request_rate=0.0: must be > 0"),
-        (["burstiness=0"], "burstiness=0.0: must be > 0"),
+        *[
+            ([f"burstiness={b}"], rf"burstiness={re.escape(b)}: must be a finite number in \(0, ")
+            for b in ("0.0", "inf", "1e+308", "nan")
+        ],
+        (["backend=server", "request_rate=nan"], r"request_rate=nan: must be > 0"),
         (["slo.tpot_ms=-1"], r"slo.tpot_ms=-1.0: must be > 0 or null"),
         (["server.url=localhost:8000"], "server.url=localhost:8000: must start with http"),
         (

@@ -35,4 +35,9 @@ def send_times(n: int, load: Load) -> np.ndarray:
     rng = np.random.default_rng(load.seed)
     gaps = rng.gamma(shape=load.burstiness, scale=1.0 / (rate * load.burstiness), size=n)
     times = np.cumsum(gaps)
-    return times * (n / rate) / times[-1]
+    times = times * (n / rate) / times[-1]
+    if not np.isfinite(times).all():
+        raise ValueError(
+            f"send times not finite at request_rate={rate}, burstiness={load.burstiness}"
+        )
+    return times
