@@ -28,8 +28,8 @@ def main(cfg: DictConfig) -> str:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from harness.backends.server import ServerError
     from harness.checks import exit_on_bad_input
+    from harness.errors import BackendError
     from harness.sweep.job import run_or_record_failure
 
     hydra_cfg = HydraConfig.get()
@@ -47,7 +47,7 @@ def main(cfg: DictConfig) -> str:
             return run_or_record_failure(
                 cfg, hydra_dir, keep_going=hydra_cfg.mode == RunMode.MULTIRUN
             )
-    except ServerError as exc:  # recorded in failures.jsonl; its cause is in the message
+    except BackendError as exc:  # recorded in failures.jsonl; its cause is in the message
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ express live in :func:`validate` and raise :class:`ConfigError` with one readabl
 from __future__ import annotations
 
 import math
+import urllib.parse
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -310,6 +311,26 @@ def check_slo(slo: Any) -> None:
         check(bound is None or bound > 0, f"slo.{name}", bound, "must be > 0 or null")
 
 
+def check_server_url(url: str | None) -> None:
+    """``server.url`` is null or ``http(s)://host[:port][/path]`` with a port in 1-65535."""
+    if url is None:
+        return
+    example = "(e.g. http://127.0.0.1:8000)"
+    parts = urllib.parse.urlsplit(url)
+    check(
+        parts.scheme in ("http", "https") and url.startswith(f"{parts.scheme}://"),
+        "server.url",
+        url,
+        f"must start with http:// or https:// {example}",
+    )
+    check(bool(parts.hostname), "server.url", url, f"names no host {example}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    check(port is None or 0 < port < 65536, "server.url", url, "its port must be in 1-65535")
+
+
 def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
     """:func:`check` that ``value`` is one of ``choices``."""
     check(value in choices, key, value, f"must be one of {', '.join(choices)}")
@@ -394,13 +415,7 @@ def validate(cfg: Any) -> None:
         f"must be a finite number in (0, {MAX_BURSTINESS:g}] (1 = Poisson arrivals)",
     )
     check_slo(cfg.slo)
-    url = cfg.server.url
-    check(
-        url is None or url.startswith(("http://", "https://")),
-        "server.url",
-        url,
-        "must start with http:// or https:// (e.g. http://127.0.0.1:8000)",
-    )
+    check_server_url(cfg.server.url)
     check_choice("spec.draft_sample_method", cfg.spec.draft_sample_method, DRAFT_SAMPLE_METHODS)
     check(
         cfg.concurrency <= cfg.engine.max_num_seqs,

@@ -1,4 +1,7 @@
-"""The two errors that mean bad input; each message names the key or file and the value."""
+"""The harness's errors: two mean bad input (exit 2), one a backend's fault at run time (exit 1).
+
+Each message is one line naming the key, file or process and what was wrong.
+"""
 
 from __future__ import annotations
 
@@ -9,3 +12,8 @@ class ConfigError(ValueError):
 
 class DatasetError(ValueError):
     """A dataset that cannot be loaded as configured; the message says what to set."""
+
+
+class BackendError(RuntimeError):
+    """An engine or server that would not start, died or answered with an error; the message
+    names it and the cause (a failed job, recorded in ``failures.jsonl``)."""

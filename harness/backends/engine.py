@@ -12,17 +12,22 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
+import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from harness import schedule, speculators
 from harness.backends import live, reaper
 from harness.checks import resolve_model
+from harness.errors import BackendError
 
 # Per-step accepted/drafted arrays make rejection_tokens possible; cost: two ints per step.
 SPEC_METRICS_LEVEL = "detailed"
@@ -31,6 +36,12 @@ WARMUP_TOKENS = 8
 ENV = {"cpu_kvcache_space_gib": "VLLM_CPU_KVCACHE_SPACE",
        "cpu_threads_bind": "VLLM_CPU_OMP_THREADS_BIND"}  # fmt: skip
 _SHELL = {name: os.environ.get(name) for name in ENV.values()}  # what a spec leaves unset
+TAIL_LINES = 400  # the lines of an engine's start-up output searched for the cause of a failure
+DRAIN_S = 10.0  # how long a failed start's output may take to reach the harness
+
+
+class EngineError(BackendError):
+    """An engine that would not start; the message names its cause (vLLM's own error line)."""
 
 
 @dataclass(frozen=True)
@@ -178,13 +189,20 @@ def _start(spec: EngineSpec, _same: int = 0) -> Engine:
     tic = time.perf_counter()
     before = reaper.descendants()
     watchdog = reaper.watch(reaper.tag(), before)  # before the engine's first process
+    tee = _Tee()
     try:
-        with _interruptible_start({pid for pid, _ in before} | {watchdog.pid}):
+        with _interruptible_start({pid for pid, _ in before} | {watchdog.pid}), tee:
             llm = LLM(**spec.llm_kwargs())
-    except BaseException:
+    except BaseException as exc:
         reaper.stop(watchdog)
         reaper.reap(reaper.descendants() - before)  # what a failed or interrupted start left
-        raise
+        if not isinstance(exc, Exception):
+            raise
+        cause = failure_cause(tee.output()) or _first_line(exc)
+        draft = f" with draft {spec.draft}" if spec.draft else ""
+        raise EngineError(
+            f"vLLM could not start an engine of {spec.target}{draft}: {cause}"
+        ) from None
     warmup = SamplingParams(temperature=0.0, max_tokens=WARMUP_TOKENS, ignore_eos=True)
     llm.generate([{"prompt_token_ids": [0, 1, 2, 3]}], warmup, use_tqdm=False)
     return Engine(spec, llm, time.perf_counter() - tic, watchdog)
@@ -220,6 +238,108 @@ def _interruptible_start(keep: set[int]) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if interrupted:  # the engine came up before it could be stopped
         raise KeyboardInterrupt
+
+
+class _Tee:
+    """This process's stdout and stderr (fds 1 and 2, which an engine's processes inherit)
+    passed through a pipe each while the engine starts: everything is forwarded unchanged, as
+    long as any process writes to them, and the start-up's last lines are kept."""
+
+    def __init__(self) -> None:
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.lock = threading.Lock()
+        self.keep = True  # whether lines are still kept (the start-up)
+        self.saved: dict[int, int] = {}  # fd -> a copy of what it was (where its bytes go)
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Tee:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        reads = {}
+        for fd in (1, 2):
+            read, write = os.pipe()
+            self.saved[fd] = os.dup(fd)
+            reads[read] = self.saved[fd]
+            os.dup2(write, fd)
+            os.close(write)
+        self.thread = threading.Thread(target=self._forward, args=(reads,), daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Give this process its own fds back; the engine's processes keep the pipes."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in self.saved.items():
+            os.dup2(saved, fd)
+        self.keep = exc[0] is not None  # a failed start's output is read by output()
+
+    def _forward(self, reads: dict[int, int]) -> None:
+        """Copy each pipe to its fd until no process writes to it, splitting lines for the tail."""
+        partial = dict.fromkeys(reads, b"")
+        with selectors.DefaultSelector() as selector:
+            for read in reads:
+                selector.register(read, selectors.EVENT_READ)
+            while selector.get_map():
+                for key, _ in selector.select():
+                    data = os.read(key.fd, 1 << 16)
+                    if data:
+                        with contextlib.suppress(OSError):  # a closed stdout: still drain
+                            _write_all(reads[key.fd], data)
+                    else:  # every writer is gone
+                        selector.unregister(key.fd)
+                        os.close(key.fd)
+                        os.close(reads[key.fd])
+                    if self.keep:
+                        *lines, partial[key.fd] = re.split(rb"[\r\n]", partial[key.fd] + data)
+                        lines += [] if data else [partial[key.fd]]
+                        with self.lock:
+                            self.tail.extend(x.decode(errors="replace") for x in lines)
+
+    def output(self) -> list[str]:
+        """The last lines written while the engine started, once its processes are gone
+        (waits up to :data:`DRAIN_S` for what they wrote to arrive)."""
+        if self.thread is not None:
+            self.thread.join(DRAIN_S)
+        with self.lock:
+            return list(self.tail)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+# a vLLM log line: "(EngineCore pid=42) ERROR 11-27 09:09:39 [core.py:1510] <message>"
+_LOG_LINE = re.compile(r"^(?:\(\S+ pid=\d+\) )?([A-Z]+) \d\d-\d\d [\d:.]+ \[[^\]]*\] ?(.*)$")
+# the end of a traceback ("ValueError: ...", "pkg.mod.SomeError: ...") or "prog: error: ..."
+_ERROR_LINE = re.compile(
+    r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?::|$)|\S.*\berror: )"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def failure_cause(lines: Iterable[str]) -> str | None:
+    """The root cause in a failed vLLM process's output: the last exception or ``error:``
+    line (the end of a traceback, plain or logged) that does not point to another one
+    (vLLM's "See root cause above"), else the last ERROR log line; never a warning. None
+    when there is neither."""
+    errors, logged = [], []
+    for raw in lines:
+        line = _ANSI.sub("", raw).rstrip()
+        level, text = m.groups() if (m := _LOG_LINE.match(line)) else (None, line)
+        if level in ("DEBUG", "INFO", "WARNING") or not text or "root cause" in text:
+            continue
+        if _ERROR_LINE.match(text):
+            errors.append(text)
+        elif level is not None and not text[0].isspace():
+            logged.append(text)
+    return (errors or logged or [None])[-1]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _shutdown(engine: Engine) -> None:

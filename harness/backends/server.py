@@ -16,6 +16,7 @@ import atexit
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +32,8 @@ import numpy as np
 
 from harness import metrics
 from harness.backends import arrivals, live, reaper
-from harness.backends.engine import ENV, EngineSpec, environment
+from harness.backends.engine import ENV, EngineSpec, environment, failure_cause
+from harness.errors import BackendError
 from harness.files import key_digest
 from harness.records import Completion
 
@@ -41,7 +43,7 @@ STOP_S = 30.0  # a server's grace to shut down after SIGTERM
 LOG_LINES = 200  # the lines of a server's log searched for the cause of its exit
 
 
-class ServerError(RuntimeError):
+class ServerError(BackendError):
     """A server that would not start, died, or answered a request with an error."""
 
 
@@ -69,19 +71,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cause(log: Path, offset: int = 0) -> str:
-    """The last error line of a server's log from byte ``offset`` on (where this server's
-    own lines start; a restarted server appends to the log), else its last line."""
+def _cause(log: Path, offset: int, returncode: int) -> str:
+    """Why a server exited with ``returncode``, from its log from byte ``offset`` on (where
+    this server's own lines start; a restarted server appends to the log): the root cause
+    its log names (:func:`harness.backends.engine.failure_cause`), else, when it exited by
+    itself, its last line; a signal that killed it is named first."""
     try:
         with log.open("rb") as f:
             f.seek(offset)
             text = f.read().decode(errors="replace")
     except OSError:
-        return "no log"
-    lines = [ln.strip() for ln in text.splitlines()[-LOG_LINES:]]
-    lines = [ln for ln in lines if ln]
-    errors = [ln for ln in lines if re.search(r"Error|Exception|error:", ln)]
-    return (errors or lines or ["empty log"])[-1]
+        text = ""
+    lines = [ln.strip() for ln in text.splitlines()[-LOG_LINES:] if ln.strip()]
+    cause = failure_cause(lines)
+    if returncode >= 0:
+        return cause or (lines or ["empty log"])[-1]
+    killed = f"killed by signal {-returncode} ({signal.Signals(-returncode).name})"
+    return f"{killed}; its last error line: {cause}" if cause else killed
 
 
 def _healthy(url: str) -> bool:
@@ -128,9 +134,10 @@ class Server:
 
     def _failure(self, exc: BaseException) -> ServerError:
         if self.process is not None and self.process.poll() is not None:
+            code = self.process.returncode
             return ServerError(
-                f"the vLLM server died (exit code {self.process.returncode}): "
-                f"{_cause(self.log, self.log_start)} (log: {self.log})"
+                f"the vLLM server died (exit code {code}): "
+                f"{_cause(self.log, self.log_start, code)} (log: {self.log})"
             )
         return exc if isinstance(exc, ServerError) else ServerError(f"{self.url}: {exc}")
 
@@ -183,8 +190,11 @@ class Server:
         tic = time.perf_counter()
         async with session.post(f"{self.url}/v1/completions", json=payload) as response:
             if response.status != 200:
-                body = (await response.text())[:300]
-                raise ServerError(f"{self.url} answered HTTP {response.status}: {body}")
+                body = _served(await response.read(), response.content_type)
+                raise ServerError(
+                    f"{self.url}/v1/completions answered HTTP {response.status} "
+                    f"{response.reason}: {body}"
+                )
             handler = StreamedResponseHandler()
             async for chunk in response.content.iter_any():
                 now = time.perf_counter()
@@ -251,18 +261,59 @@ def _tuple(spec: dict[str, Any] | None, key: str) -> tuple[int, ...] | None:
 
 
 def connect(url: str) -> Server:
-    """A server someone else runs, serving its first model (``/v1/models``).
+    """A server someone else runs, serving the first model of its ``/v1/models``.
 
     Raises:
-        ServerError: nothing healthy answers at ``url``.
+        ServerError: nothing answers at ``url``, or what answers serves no vLLM model list
+            (what it served instead is named).
     """
-    url = url.rstrip("/")
+    base = url.rstrip("/")
+    models = f"{base}/v1/models"
     try:
-        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
-            model = json.load(response)["data"][0]["id"]
-    except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError) as exc:
-        raise ServerError(f"server.url={url}: no vLLM server answers there ({exc})") from None
-    return Server(spec=None, url=url, model=model)
+        with urllib.request.urlopen(models, timeout=10) as response:
+            body, kind = response.read(MAX_BODY), response.headers.get_content_type()
+    except urllib.error.HTTPError as exc:
+        raise ServerError(
+            f"server.url={url}: {models} answered HTTP {exc.code} {exc.reason}, "
+            "not a vLLM model list"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise ServerError(f"server.url={url}: no server answers there ({why})") from None
+    try:
+        model = json.loads(body)["data"][0]["id"]
+        if not isinstance(model, str):
+            raise TypeError
+    except (ValueError, LookupError, TypeError):
+        raise ServerError(
+            f"server.url={url}: {models} served {_served(body, kind)} instead of a vLLM "
+            'model list ({"data": [{"id": ...}]})'
+        ) from None
+    return Server(spec=None, url=base, model=model)
+
+
+MAX_BODY = 1 << 20  # the bytes of an answer read to tell what it is
+SHOWN = 120  # the characters of an answer quoted in an error
+
+
+def _served(body: bytes, content_type: str) -> str:
+    """What an answer held, on one line: the message of a JSON error, the JSON, or the
+    content type and the start of its text (tags and whitespace collapsed)."""
+    text = body.decode(errors="replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        words = " ".join(re.sub(r"<[^>]*>", " ", text).split())
+        return (
+            f"a {content_type} page ({words[:SHOWN]!r})"
+            if words
+            else f"an empty {content_type} body"
+        )
+    error = data.get("error", data) if isinstance(data, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return " ".join(error["message"].split())[:SHOWN]
+    shown = json.dumps(data)
+    return shown if len(shown) <= SHOWN else f"{shown[: SHOWN - 3]}..."
 
 
 def _launch(spec: EngineSpec, same: int, log_dir: Path, timeout_s: float) -> Server:
@@ -307,9 +358,10 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
     try:
         while not _healthy(url):
             if process.poll() is not None:
+                code = process.returncode
                 raise ServerError(
-                    f"the vLLM server exited with code {process.returncode} while starting: "
-                    f"{_cause(log, log_start)} (log: {log})"
+                    f"the vLLM server exited with code {code} while starting: "
+                    f"{_cause(log, log_start, code)} (log: {log})"
                 )
             if time.perf_counter() - tic > timeout_s:
                 raise ServerError(
