@@ -217,26 +217,38 @@ JOB = "cot-synth_easy-k0-c1-s0-t0-n2"
 
 @pytest.mark.slow
 def test_ctrl_c_names_the_interrupted_job_and_keeps_finished_ones(tiny_overrides, tmp_path):
-    # a job of 2 answers that finishes, then one of 60 answers of 200 tokens: the interrupted
-    # job runs for about half a minute, so the SIGINT lands in it even when its bar's first
-    # line comes at the 10 s log interval
-    grid = ["variant=cot", "dataset=synth_easy", "limit=2,60", "max_tokens=200",
+    """Also: a second sweep into the same directory is refused while this one runs, and not
+    once its lock died with it (it skips the finished job)."""
+    # a job of 2 answers that finishes, then one of 200 answers of 200 tokens: the interrupted
+    # job would run for minutes, so the SIGINT lands in it even when its bar's first line
+    # comes at the 10 s log interval
+    grid = ["variant=cot", "dataset=synth_easy", "limit=2,200", "max_tokens=200",
             "calibrate=false"]  # fmt: skip
     proc = start_harness(["-m", *tiny_overrides, *grid])
-    _wait_for(proc, "stderr", "cot-synth_easy-k0-c1-s0-t0-n60:")
+    sweep = tmp_path / "results" / "tiny"
+    deadline = time.monotonic() + 120
+    while not ((sweep / results.LOCK).is_file() and (sweep / results.LOCK).read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    second = _harness("-m", *tiny_overrides, "variant=cot", "limit=2", "calibrate=false")
+    error = _one_error(second)
+    assert error.startswith(f"error: {sweep}: another sweep is writing here (pid {proc.pid} on ")
+    assert " since " in error
+    _wait_for(proc, "stderr", "cot-synth_easy-k0-c1-s0-t0-n200:")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     _, err = proc.communicate(timeout=120)
     err = err.decode(errors="replace")
-    assert proc.returncode == 130, err[-3000:]
+    assert proc.returncode == 130, err[-3000:]  # the refused sweep left it running
     # the engine's processes left the terminal's process group (harness.backends.reaper's vLLM
     # plugin), so the SIGINT reached only the harness: no engine traceback
     assert "Traceback" not in err, err[-3000:]
-    sweep = tmp_path / "results" / "tiny"
     assert (
-        f"interrupted: job cot-synth_easy-k0-c1-s0-t0-n60 stopped; finished jobs are kept in "
+        f"interrupted: job cot-synth_easy-k0-c1-s0-t0-n200 stopped; finished jobs are kept in "
         f"{sweep}" in err
     )
-    assert results.read_summary(sweep / "cot-synth_easy-k0-c1-s0-t0-n2") is not None
+    assert results.read_summary(sweep / JOB) is not None  # the job of 2 answers
+    again = _harness(*tiny_overrides, *grid[:2], "limit=2", *grid[3:])  # the lock died with it
+    assert again.returncode == 0 and f"skip {JOB}" in again.stdout
 
 
 @pytest.mark.slow
@@ -254,26 +266,6 @@ def test_ctrl_c_during_engine_start_up_stops_the_harness_and_its_engine(tiny_ove
     assert "Traceback" not in err, err[-3000:]
     assert "interrupted: job cot-synth_easy-k0-c1-s0-t0-n3 stopped" in err
     assert all_gone(tree, 15) == []
-
-
-@pytest.mark.slow
-def test_a_second_sweep_into_the_same_directory_is_refused(tiny_overrides, tmp_path):
-    first = start_harness([*tiny_overrides, "variant=cot", "limit=2", "calibrate=false"])
-    lock = tmp_path / "results" / "tiny" / results.LOCK
-    deadline = time.monotonic() + 120
-    while not (lock.is_file() and lock.read_text()):
-        assert time.monotonic() < deadline and first.poll() is None
-        time.sleep(0.2)
-    second = _harness("-m", *tiny_overrides, "variant=cot", "limit=2", "calibrate=false")
-    error = _one_error(second)
-    assert error.startswith(
-        f"error: {lock.parent}: another sweep is writing here (pid {first.pid} on "
-    )
-    assert " since " in error
-    assert first.wait(timeout=400) == 0, first.stderr.read().decode()[-3000:]
-    assert results.read_summary(lock.parent / JOB) is not None
-    again = _harness(*tiny_overrides, "variant=cot", "limit=2", "calibrate=false")  # lock died
-    assert again.returncode == 0 and f"skip {JOB}" in again.stdout
 
 
 @pytest.mark.slow
