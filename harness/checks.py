@@ -46,10 +46,29 @@ def check_model_dir(key: str, name: str) -> None:
         raise ConfigError(f"{key}={name}: model directory not found")
     if model_config(name) is None:
         raise ConfigError(f"{key}={name}: no config.json in the model directory")
-    if not any(p.suffix in WEIGHT_SUFFIXES for p in Path(name).expanduser().iterdir()):
+    files = sorted(Path(name).expanduser().iterdir())
+    if not any(p.suffix in WEIGHT_SUFFIXES for p in files):
         raise ConfigError(
             f"{key}={name}: no model weights (*{', *'.join(WEIGHT_SUFFIXES)}) in the directory"
         )
+    for path in files:
+        if path.suffix == ".safetensors" and (why := _safetensors_header_fault(path)):
+            raise ConfigError(f"{key}={name}: {path.name} is not a safetensors file ({why})")
+
+
+def _safetensors_header_fault(path: Path) -> str | None:
+    """What is wrong with a safetensors file's header (8 bytes of its JSON's length, then
+    the JSON), None when it reads; the tensors' bytes are vLLM's to check."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        if length > size - 8:
+            return f"its header claims {length} bytes, the file has {size}"
+        try:
+            json.loads(f.read(length))
+        except ValueError:
+            return "its header is not JSON"
+    return None
 
 
 @lru_cache(maxsize=8)

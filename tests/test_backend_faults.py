@@ -114,6 +114,18 @@ def test_a_malformed_server_url_is_bad_input_echoed_as_given(tmp_path, url, why)
     assert list(tmp_path.rglob("*")) == []
 
 
+def test_weights_whose_safetensors_header_does_not_read_are_bad_input(tiny_pair, tmp_path):
+    target = tmp_path / "target"
+    shutil.copytree(tiny_pair[0], target)
+    (target / "model.safetensors").write_bytes(b"\xff" * 4096)  # a header "longer" than the file
+    proc = _harness(f"models.targets.cot={target}", f"results_dir={tmp_path / 'results'}",
+                    "variant=cot", *SHORT)  # fmt: skip
+    assert _error_line(proc, 2) == (
+        f"error: models.targets.cot={target}: model.safetensors is not a safetensors file "
+        f"(its header claims {2**64 - 1} bytes, the file has 4096)"
+    )
+
+
 @pytest.mark.slow
 def test_an_engine_that_fails_to_start_is_one_line_naming_vllms_root_cause(tiny_pair, tmp_path):
     target = tmp_path / "target"
