@@ -150,6 +150,7 @@ class Config:
     repeats: int = 1  # runs of each job, seeds seed, seed+1, ... (same problems)
     repeat: int = 0  # which of those runs this is (set by the harness)
     pairing: str = "interleaved"  # interleaved | sequential (harness.measure.pairing)
+    instances: int = 1  # fresh engine instances (pairs when interleaved) per job
     results_dir: str = "results"
     datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     sweep: str = "${experiment}"
@@ -394,6 +395,19 @@ def validate(cfg: Any) -> None:
     check(cfg.warmup >= 0, "warmup", cfg.warmup, "must be >= 0 (0 = no warm-up)")
     check(cfg.repeats >= 1, "repeats", cfg.repeats, "must be >= 1")
     check_choice("pairing", cfg.pairing, PAIRINGS)
+    check(cfg.instances >= 1, "instances", cfg.instances, "must be >= 1")
+    check(
+        cfg.limit is None or cfg.instances <= cfg.limit,
+        "instances",
+        cfg.instances,
+        f"must be at most limit={cfg.limit}: each instance answers its share of the problems",
+    )
+    check(
+        cfg.instances == 1 or not (cfg.backend == "server" and cfg.server.url),
+        "instances",
+        cfg.instances,
+        "needs engines the harness starts; a server at server.url is one instance",
+    )
     check_choice("backend", cfg.backend, BACKENDS)
     rate = cfg.request_rate
     check(

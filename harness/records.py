@@ -38,6 +38,7 @@ class JobInfo:
     backend: str = "offline"  # offline (vllm.LLM) | server (vLLM's OpenAI-compatible server)
     request_rate: float | None = None  # open-loop arrivals (requests/s); None = closed loop
     k_schedule: str | None = None  # K by batch size (harness.schedule.label); None = k always
+    instances: int = 1  # fresh engine instances (pairs when interleaved) the problems split over
 
     def to_row(self) -> dict[str, Any]:
         """Flat dict of the job columns."""
@@ -107,6 +108,7 @@ class RequestRecord:
     pair_tpot_s: float | None = field(default=None, kw_only=True)
     pair_output_tokens: int | None = field(default=None, kw_only=True)
     pair_output_hash: str | None = field(default=None, kw_only=True)
+    instance: int = field(default=0, kw_only=True)  # which of the job's instances answered it
 
     @property
     def spec_counts(self) -> SpecCounts | None:

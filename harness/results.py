@@ -61,12 +61,14 @@ def request_schema() -> Any:
 def job_name(cfg: Any) -> str:
     """Readable, unique-per-sweep name: ``<variant>-<dataset>-k<K>-c<conc>-s<seed>-t<temp>-n<limit>``,
     plus ``-server`` on the server backend, ``-rps<rate>`` for open-loop arrivals,
-    ``-ks<schedule>`` for a K schedule and ``-r<repeat>`` for repeats after the first."""
+    ``-ks<schedule>`` for a K schedule, ``-i<N>`` for N engine instances and ``-r<repeat>``
+    for repeats after the first."""
     limit = "all" if cfg.limit is None else cfg.limit
     ranges = cfg.spec.k_schedule if cfg.spec.k > 0 else None
     load = "-server" if cfg.backend == "server" else ""
     load += "" if cfg.request_rate is None else f"-rps{cfg.request_rate:g}"
     load += "" if ranges is None else f"-ks{schedule.label(ranges)}"
+    load += f"-i{cfg.instances}" if cfg.instances > 1 else ""
     repeat = f"-r{cfg.repeat}" if cfg.repeat else ""
     return (
         f"{cfg.variant.name}-{cfg.dataset.name}-k{cfg.spec.k}-c{cfg.concurrency}{load}"

@@ -25,7 +25,8 @@ from reports import bootstrap
 GROUP = (
     "sweep_id", "target", "target_role", "variant", "draft", "prompt_style", "dataset",
     "difficulty", "limit", "dataset_digest",
-    "temperature", "concurrency", "backend", "request_rate", "pairing", "k", "k_schedule",
+    "temperature", "concurrency", "backend", "request_rate", "pairing", "instances", "k",
+    "k_schedule",
 )  # fmt: skip
 PROBLEM_SET = ("sweep_id", "dataset", "difficulty", "limit", "dataset_digest")
 FAILED = ("abort", "error")  # vLLM finish reasons of requests that did not complete
@@ -166,10 +167,17 @@ def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Block:
-    """Per-problem sums of one group: sorted problem codes and a (problems, SUMMED) array."""
+    """Per-problem sums of one group: sorted problem codes, a (problems, SUMMED) array and
+    each problem's engine instance."""
 
     problems: np.ndarray
     values: np.ndarray
+    instance: np.ndarray
+
+    @property
+    def instances(self) -> tuple[int, ...] | None:
+        """Each problem's instance for :func:`reports.bootstrap.weights`; None with one."""
+        return tuple(self.instance.tolist()) if len(np.unique(self.instance)) > 1 else None
 
     def arrays(self, ratios: tuple[Ratio, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(num, den) columns of ``ratios``."""
@@ -179,7 +187,8 @@ class Block:
 
     def on(self, problems: np.ndarray) -> Block:
         """The sums of ``problems`` only (a sorted subset of this block's problems)."""
-        return Block(problems, self.values[np.searchsorted(self.problems, problems)])
+        at = np.searchsorted(self.problems, problems)
+        return Block(problems, self.values[at], self.instance[at])
 
 
 def _labels(index: pd.Index) -> list[tuple]:
@@ -187,16 +196,18 @@ def _labels(index: pd.Index) -> list[tuple]:
 
 
 def blocks(df: pd.DataFrame, keys: tuple[str, ...]) -> dict[tuple, Block]:
-    """Group key -> :class:`Block` of :data:`SUMMED` per problem (seeds and repeats pool);
-    ``df`` comes from :func:`with_sums`."""
+    """Group key -> :class:`Block` of :data:`SUMMED` per problem (seeds and repeats pool; a
+    problem's instance is the first that answered it); ``df`` comes from :func:`with_sums`."""
     grouped = df.groupby(list(keys), sort=True, dropna=False)
     labels, gid = _labels(grouped.size().index), grouped.ngroup().to_numpy()
-    sums = df[list(SUMMED)].groupby([gid, df["problem_code"].to_numpy()], sort=True).sum()
+    by = [gid, df["problem_code"].to_numpy()]
+    sums = df[list(SUMMED)].groupby(by, sort=True).sum()
+    instance = df["instance"].groupby(by, sort=True).first().to_numpy(int)
     values = sums.to_numpy(float)
     codes = sums.index.get_level_values(1).to_numpy()
     bounds = np.searchsorted(sums.index.get_level_values(0).to_numpy(), np.arange(len(labels) + 1))
     return {
-        label: Block(codes[lo:hi], values[lo:hi])
+        label: Block(codes[lo:hi], values[lo:hi], instance[lo:hi])
         for label, lo, hi in zip(labels, bounds[:-1], bounds[1:], strict=True)
     }
 
@@ -213,9 +224,9 @@ def _group_stats(groups: dict[tuple, Block], n_boot: int, seed: int) -> pd.DataF
     rows = []
     for key, block in groups.items():
         num, den = block.arrays(RATIOS)
-        point, lo, hi = bootstrap.ratio(num, den, n_boot, seed)
+        point, lo, hi = bootstrap.ratio(num, den, n_boot, seed, block.instances)
         stats = _ci_columns([r.name for r in RATIOS], point + offsets, lo + offsets, hi + offsets)
-        dropped = bootstrap.dropped(den, n_boot, seed)[np.isfinite(point)]
+        dropped = bootstrap.dropped(den, n_boot, seed, block.instances)[np.isfinite(point)]
         rows.append({**dict(zip(GROUP, key, strict=True)), "n_problems": len(block.problems),
                      **stats, "boot_dropped": int(dropped.max(initial=0))})  # fmt: skip
     return pd.DataFrame(rows)
@@ -240,15 +251,29 @@ def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataF
         if not len(problems):
             rows.append(labels)
             continue
+        own = block.on(problems)
         point, lo, hi = bootstrap.paired(
-            block.on(problems).arrays(ratios), base_arrays, "ratio", n_boot, seed
+            own.arrays(ratios), base_arrays, "ratio", n_boot, seed, own.instances
         )
         num, den = (a[:, 0] for a in base_arrays)
         tpot = num.sum() / den.sum() if den.sum() else np.nan
         rows.append({**labels, **_ci_columns(list(SPEEDUPS), point, lo, hi),
-                     "baseline_tpot_s": tpot})  # fmt: skip
+                     "baseline_tpot_s": tpot,
+                     "instance_spread": _spread(own, base_arrays)})  # fmt: skip
     names = [f"{s}{end}" for s in SPEEDUPS for end in ("", "_lo", "_hi")]
-    return pd.DataFrame(rows, columns=[*GROUP, *names, "baseline_tpot_s"])
+    return pd.DataFrame(rows, columns=[*GROUP, *names, "baseline_tpot_s", "instance_spread"])
+
+
+def _spread(own: Block, base: tuple[np.ndarray, np.ndarray]) -> float:
+    """max / min - 1 of the TPOT speedup of each engine instance alone (NaN with one)."""
+    if own.instances is None:
+        return np.nan
+    num, den = own.arrays((SPEEDUPS["speedup_tpot"],))
+    each = [
+        (base[0][at, 0].sum() / base[1][at, 0].sum()) / (num[at, 0].sum() / den[at, 0].sum())
+        for at in (own.instance == i for i in np.unique(own.instance))
+    ]
+    return max(each) / min(each) - 1
 
 
 def with_lossless(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

@@ -1,11 +1,13 @@
-"""BCa bootstrap over problems for ratio-of-sums statistics.
+"""BCa bootstrap over problems (and engine instances) for ratio-of-sums statistics.
 
 Requests are summed per problem, then problems resampled: a replicate is
-``(W @ num) / (W @ den)`` with W the (replicates x problems) matrix of multinomial counts
-(:func:`weights`, drawn once per problem count and seed), shared by every statistic of a
-group and by both groups of :func:`paired`. Intervals are BCa (Efron 1987), computed here
-rather than by scipy so that W stays shared; ``dropped`` counts replicates with a zero
-denominator. Definitions: docs/METRICS.md.
+``(W @ num) / (W @ den)`` with W the (replicates x problems) matrix of counts
+(:func:`weights`, drawn once per problem count, instances and seed), shared by every
+statistic of a group and by both groups of :func:`paired`. When the problems were split
+over several engine instances, W has two levels: instances drawn with replacement, then
+each drawn instance's problems. Intervals are BCa (Efron 1987), computed here rather than
+by scipy so that W stays shared; ``dropped`` counts replicates with a zero denominator.
+Definitions: docs/METRICS.md.
 """
 
 from __future__ import annotations
@@ -20,11 +22,31 @@ LEVEL = 0.95  # two-sided coverage of the interval
 
 
 @functools.lru_cache(maxsize=8)
-def weights(n_units: int, n_boot: int, seed: int) -> np.ndarray:
-    """(n_boot, n_units) counts: how often each unit is drawn in each replicate (read-only)."""
+def weights(
+    n_units: int, n_boot: int, seed: int, instances: tuple[int, ...] | None = None
+) -> np.ndarray:
+    """(n_boot, n_units) counts: how often each unit is drawn in each replicate (read-only).
+
+    ``instances``: each unit's engine instance; with two or more, a replicate draws as many
+    instances with replacement, then each drawn instance's units with replacement.
+    """
     rng = np.random.default_rng([seed, n_units])
-    draws = rng.integers(0, n_units, (n_boot, n_units)) + n_units * np.arange(n_boot)[:, None]
-    w = np.bincount(draws.ravel(), minlength=n_boot * n_units).reshape(n_boot, n_units) * 1.0
+    ids, labels = np.unique(instances if instances is not None else [0], return_inverse=True)
+    if len(ids) < 2:
+        draws = rng.integers(0, n_units, (n_boot, n_units))
+        rows = np.broadcast_to(np.arange(n_boot)[:, None], draws.shape)
+    else:
+        copies = rng.multinomial(len(ids), np.full(len(ids), 1 / len(ids)), size=n_boot)
+        parts = []
+        for j in range(len(ids)):
+            members = np.flatnonzero(labels == j)
+            width = copies[:, j].max() * len(members)
+            draws = rng.integers(0, len(members), (n_boot, width))
+            kept = np.arange(width) < (copies[:, j] * len(members))[:, None]
+            parts.append((np.nonzero(kept)[0], members[draws[kept]]))
+        rows, draws = (np.concatenate(x) for x in zip(*parts, strict=True))
+    flat = (draws + n_units * rows).ravel()
+    w = np.bincount(flat, minlength=n_boot * n_units).reshape(n_boot, n_units) * 1.0
     w.flags.writeable = False
     return w
 
@@ -55,10 +77,12 @@ def _interval(
     return lo, hi
 
 
-def dropped(den: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
+def dropped(
+    den: np.ndarray, n_boot: int = N_BOOT, seed: int = 0, instances: tuple[int, ...] | None = None
+) -> np.ndarray:
     """Replicates with a zero denominator per column of (problems, statistics) ``den``
     (left out of the interval)."""
-    return (weights(len(den), n_boot, seed) @ den == 0).sum(0)
+    return (weights(len(den), n_boot, seed, instances) @ den == 0).sum(0)
 
 
 def _jackknife(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -72,16 +96,21 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def ratio(
-    num: np.ndarray, den: np.ndarray, n_boot: int = N_BOOT, seed: int = 0
+    num: np.ndarray,
+    den: np.ndarray,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    instances: tuple[int, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Point estimate and interval of sum(num) / sum(den), column by column.
 
     Args:
         num, den: (problems, statistics) per-problem sums.
+        instances: each problem's engine instance (:func:`weights`).
     Returns:
         (point, lo, hi), each of length ``statistics``; NaN where the denominator is 0.
     """
-    w = weights(len(num), n_boot, seed)
+    w = weights(len(num), n_boot, seed, instances)
     point = _ratio(num.sum(0), den.sum(0))
     lo, hi = _interval(_ratio(w @ num, w @ den), point, _jackknife(num, den))
     return point, lo, hi
@@ -93,6 +122,7 @@ def paired(
     how: str,
     n_boot: int = N_BOOT,
     seed: int = 0,
+    instances: tuple[int, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compare two groups measured on the same problems: y / x or y - x of their ratios.
 
@@ -100,12 +130,13 @@ def paired(
         x, y: (num, den) per-problem sums, rows aligned on the same problems (a problem
             one group lacks has zeros there).
         how: ``"ratio"`` (y / x, e.g. a speedup) or ``"difference"`` (y - x).
+        instances: each problem's engine instance (:func:`weights`).
     Returns:
         (point, lo, hi) of the comparison, column by column.
     """
     if how not in ("ratio", "difference"):
         raise ValueError(f"how={how!r}: use 'ratio' or 'difference'")
-    w = weights(len(x[0]), n_boot, seed)
+    w = weights(len(x[0]), n_boot, seed, instances)
     mx, my = _ratio(w @ x[0], w @ x[1]), _ratio(w @ y[0], w @ y[1])
     px, py = _ratio(x[0].sum(0), x[1].sum(0)), _ratio(y[0].sum(0), y[1].sum(0))
     jx, jy = _jackknife(*x), _jackknife(*y)

@@ -194,6 +194,8 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
     df["backend"] = df["backend"].fillna(OFFLINE)
     df["request_rate"] = df["request_rate"].fillna(CLOSED_LOOP)
     df["k_schedule"] = df["k_schedule"].fillna(FIXED_K)
+    df["instances"] = df["instances"].fillna(1).astype(int)
+    df["instance"] = df["instance"].fillna(0).astype(int)
     df["correct"] = df["correct"].astype(float)
     return df
 
@@ -230,4 +232,5 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
     for column, value in (("pairing", SEQUENTIAL), ("backend", OFFLINE),
                           ("request_rate", CLOSED_LOOP), ("k_schedule", FIXED_K)):  # fmt: skip
         runs[column] = runs.get(column, pd.Series(index=runs.index, dtype=object)).fillna(value)
+    runs["instances"] = runs.get("instances", pd.Series(1, index=runs.index)).fillna(1).astype(int)
     return Results(requests, runs, skipped)

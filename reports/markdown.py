@@ -52,6 +52,12 @@ def _col(name: str, digits: int = 3) -> Callable[[pd.Series], str]:
     return lambda r: num(r[name], digits) if isinstance(r[name], float) else str(r[name])
 
 
+def _pairing(r: pd.Series) -> str:
+    """The pairing, with ``xN`` when the problems split over N engine instances (pairs)."""
+    n = r.get("instances", 1)
+    return r["pairing"] if pd.isna(n) or n <= 1 else f"{r['pairing']} x{n:.0f}"
+
+
 # lm-eval's two GSM8K extractions beside the headline accuracy (harness.data.grading.CHAINS)
 STRICT_FLEXIBLE: Column = (
     "strict / flexible",
@@ -61,7 +67,7 @@ HEADLINE: list[Column] = [
     ("dataset", lambda r: f"{r['dataset']} ({r['difficulty']})"),
     ("variant", _col("series")),
     ("K", _col("k")),
-    ("pairing", _col("pairing")),
+    ("pairing", _pairing),
     ("accuracy", lambda r: ci(r, "accuracy")),
     STRICT_FLEXIBLE,
     ("output tokens", lambda r: ci(r, "output_tokens", 1)),
@@ -92,7 +98,7 @@ ALL_GROUPS: list[Column] = [
     ("conc.", _col("concurrency")),
     ("load", _load),
     ("K", _col("k")),
-    ("pairing", _col("pairing")),
+    ("pairing", _pairing),
     ("runs (seeds)", lambda r: f"{r['n_runs']:.0f} ({r['seeds']})"),
     ("problems", _col("n_problems")),
     ("accuracy", lambda r: ci(r, "accuracy")),
@@ -108,6 +114,7 @@ ALL_GROUPS: list[Column] = [
     ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
     ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
     ("tok/s speedup", lambda r: ci(r, "speedup_tokens_per_s", 2)),
+    ("instance spread", lambda r: num(r.get("instance_spread"), 3)),
     ("lossless", lambda r: num(r.get("lossless_fraction"))),
     ("truncated", lambda r: num(r.get("truncation_rate"))),
     ("cut off, right by fallback", lambda r: num(r.get("n_truncated_fallback_correct"), 0)),
@@ -425,7 +432,7 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                 "problems, which leaves time drift out; acceptance mean ± std.", "",
                 table(rep, [("dataset", _col("dataset")), ("variant", _col("series")),
                             ("conc.", _col("concurrency")), ("load", _load),
-                            ("K", _col("k")), ("pairing", _col("pairing")),
+                            ("K", _col("k")), ("pairing", _pairing),
                             ("repeats", _col("n_repeats", 0)),
                             *[(label, lambda r, s=name: f"{num(r[f'{s}_repeat_median'], 2)} "
                                f"[{num(r[f'{s}_repeat_min'], 2)}, {num(r[f'{s}_repeat_max'], 2)}]")
@@ -477,7 +484,9 @@ def report(
         "`interleaved`: each speedup pairs every request with the same problem on the plain "
         "target seconds apart; a K = 0 row's speedup is then the A/A check (the same engine "
         "started twice and paired), whose distance from 1.00 is the pairing's noise floor. "
-        "`sequential`: the speedup divides this run by the K = 0 run, made at another time.",
+        "`sequential`: the speedup divides this run by the K = 0 run, made at another time. "
+        "`x N`: the problems were split over N fresh engine instances (pairs), and the "
+        "intervals resample instances, then problems.",
         "",
         table(t.headline, HEADLINE),
         "",

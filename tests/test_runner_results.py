@@ -25,6 +25,7 @@ SUMMARY_KEYS = {
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
     *("spec", "counter_mismatch", "repeat", "method", "draft_sample_method", "pairing"),
     *("reference", "backend", "request_rate", "k_schedule", "request_throughput"),
+    "instances",
     *("run_key", "models", "dataset_digest", "git", "command"),  # provenance
 }
 
@@ -191,8 +192,7 @@ def test_a_job_whose_table_was_zeroed_in_the_middle_runs_again(tmp_path, monkeyp
     monkeypatch.setattr(jobs, "prepare", lambda cfg: None)
     monkeypatch.setattr(jobs, "models_used", lambda cfg, job: {})
     monkeypatch.setattr(jobs, "run_key", lambda cfg, job, models: key)
-    monkeypatch.setattr(jobs, "_offline", run_it)
-    monkeypatch.setattr(jobs, "_on_server", run_it)
+    monkeypatch.setattr(jobs, "measure", run_it)
     assert jobs.run_job(cfg, progress=False) is None  # complete, same run key: skipped
     assert "skip" in capsys.readouterr().out
 

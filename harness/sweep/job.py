@@ -56,23 +56,22 @@ def run_key(cfg: Any, job: PreparedJob, models: dict[str, dict[str, Any]]) -> di
 def summarize(
     cfg: Any,
     job: PreparedJob,
-    records: list[RequestRecord],
-    wall_s: float,
-    engine_counts: metrics.SpecCounts | None,
-    started: Started,
+    outcome: Outcome,
     models: dict[str, dict[str, Any]],
     key: dict[str, str],
 ) -> RunSummary:
     """The run summary of a finished job: its own facts only (no other job is read)."""
+    records, wall_s, engine_counts = outcome.records, outcome.wall_s, outcome.counts
     tokens = sum(r.output_tokens for r in records)
     mismatch = None
     if job.info.k > 0:
-        per_request = metrics.total_counts(r.spec_counts for r in records if r.spec_counts)
+        counted = (r.spec_counts for r in outcome.counted if r.spec_counts)
         mismatch = (
-            metrics.counter_mismatch(per_request, engine_counts)
+            metrics.counter_mismatch(metrics.total_counts(counted), engine_counts)
             if engine_counts
             else "engine reported no spec_decode counters"
         )
+    started = outcome.started
     return RunSummary(
         job=job.info,
         config=results.resolved_config(cfg),
@@ -94,13 +93,14 @@ def summarize(
         git=provenance.git_state(),
         command=provenance.command(),
         request_throughput=len(records) / wall_s if wall_s > 0 else None,
+        reference=outcome.reference,
     )
 
 
 @dataclass(frozen=True)
 class Started:
-    """How a job got its engine or server: seconds to start it (0 when reused), whether it
-    was reused, and the backends of its kind (engines or servers) this process has started
+    """How a job got its engines or servers: seconds to start its own (0 when reused), whether
+    it was reused, and the backends of its kind (engines or servers) this process has started
     so far."""
 
     start_s: float
@@ -132,19 +132,71 @@ class Reference:
         return {"engine": self.engine, "k": self.k, "start_s": self.start_s, "end_s": self.end_s}
 
 
-Outcome = tuple[list[RequestRecord], float, metrics.SpecCounts | None, Started, dict | None]
+@dataclass(frozen=True)
+class Outcome:
+    """What one engine instance (a pair when interleaved) measured, or a job's instances
+    together (:func:`combine`): records in problem order, seconds generating, the job
+    engine's counters and the records they cover, how it got its engines, the sentinel."""
+
+    records: list[RequestRecord]
+    wall_s: float
+    counts: metrics.SpecCounts | None
+    counted: list[RequestRecord]
+    started: Started
+    reference: dict[str, Any] | None = None
 
 
-def _offline(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
-    """The job on live ``vllm.LLM`` engines (its own, and its baseline when interleaved),
-    calibrated and watched by the drift sentinel; on any error every engine shuts down.
-    Asking the live cache for them stops any other backend, a server too."""
-    got = live.get_all(OFFLINE, job.specs)
+def split(job: PreparedJob, n: int) -> list[PreparedJob]:
+    """The job over ``n`` engine instances: problem i goes to instance i mod n."""
+    return [replace(job, requests=job.requests[i::n]) for i in range(n)]
+
+
+def _drift(row: dict[str, Any] | None) -> float:
+    return abs(row["end_s"] / row["start_s"] - 1) if row and row["start_s"] else 0.0
+
+
+def combine(job: PreparedJob, parts: list[Outcome]) -> Outcome:
+    """The outcomes of :func:`split`'s parts as one: records tagged with their instance, in
+    the job's problem order; seconds, job engine start-up and counters summed (the counters
+    over the instances that kept theirs); the sentinel of the instance that drifted most."""
+    tagged = [replace(r, instance=i) for i, part in enumerate(parts) for r in part.records]
+    order = {r.problem.id: i for i, r in enumerate(job.requests)}
+    kept = [p for p in parts if p.counts is not None]
+    start_s = sum(p.started.start_s for p in parts if not p.started.reused)
+    return Outcome(
+        records=sorted(tagged, key=lambda r: order[r.problem_id]),
+        wall_s=sum(p.wall_s for p in parts),
+        counts=metrics.total_counts(p.counts for p in kept) if kept else None,
+        counted=[r for p in kept for r in p.counted],
+        started=Started(start_s, all(p.started.reused for p in parts), parts[-1].started.launches),
+        reference=max((p.reference for p in parts), key=_drift),
+    )
+
+
+def instance(
+    kind: live.Kind, specs: tuple, index: int, fresh: bool, **options: Any
+) -> list[tuple[Any, bool]]:
+    """The live backends of a job's instance ``index`` (its own first) and whether each was
+    reused; ``fresh``: none kept from before, started in alternating order (the job's own
+    last at even instances, first at odd ones)."""
+    if fresh:
+        live.clear()
+    flip = index % 2 == 1
+    got = live.get_all(kind, specs[::-1] if flip else specs, **options)
+    return got[::-1] if flip else got
+
+
+def _offline(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome:
+    """Instance ``index`` of the job (``job`` is its part) on live ``vllm.LLM`` engines (its
+    own, and its baseline when interleaved), calibrated at the first instance and watched by
+    the drift sentinel; on any error every engine shuts down. Asking the live cache for
+    them stops any other backend, a server too."""
+    got = instance(OFFLINE, job.specs, index, cfg.instances > 1)
     (engine, reused), baseline = got[0], (got[1][0].llm if len(got) > 1 else None)
     try:
         for llm in (engine.llm, baseline)[: len(got)]:
             warm_up(job, Offline(llm))
-        if cfg.calibrate:
+        if cfg.calibrate and index == 0:
             calibrate.on_live_engine(cfg, job.spec, engine.llm, baseline)
         reference = Reference(job, baseline or engine.llm)
         pair = None if baseline is None else Offline(baseline)
@@ -153,24 +205,28 @@ def _offline(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
     except BaseException:
         live.clear()
         raise
-    # a later engine start reset the job engine's counters (vLLM keeps one set per process)
-    lost = reused and not all(r for _, r in got[1:])
+    # an engine started after the job's reset its counters (vLLM keeps one set per process)
+    lost = any(not r for _, r in got[1:]) and (reused or index % 2 == 1)
     started = Started(engine.start_s, reused, live.launches(OFFLINE))
-    return records, wall_s, None if lost else counts, started, reference.to_row()
+    counts = None if lost else counts
+    return Outcome(records, wall_s, counts, records, started, reference.to_row())
 
 
-def _on_server(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
-    """The job against vLLM servers started for its specs (its own, and its baseline's
-    when interleaved; reused across the jobs of a spec, their logs beside the results),
-    or against the server at ``server.url``. Asking the live cache for its servers stops
-    any other backend, an offline engine too; a job on someone's server asks for none."""
+def _on_server(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome:
+    """Instance ``index`` of the job (``job`` is its part) against vLLM servers started for
+    its specs (its own, and its baseline's when interleaved; reused across the jobs of a
+    spec, their logs beside the results), or against the server at ``server.url``. Asking
+    the live cache for its servers stops any other backend, an offline engine too; a job
+    on someone's server asks for none."""
     if cfg.server.url:
         live.clear()
         got = [(server.connect(cfg.server.url), True)]
     else:
         logs = results.sweep_dir(cfg) / results.SERVER_LOGS
         timeout_s = cfg.server.start_timeout_s
-        got = live.get_all(server.SERVER, job.specs, log_dir=logs, timeout_s=timeout_s)
+        got = instance(
+            server.SERVER, job.specs, index, cfg.instances > 1, log_dir=logs, timeout_s=timeout_s
+        )
     (own, reused), baseline = got[0], (got[1][0] if len(got) > 1 else None)
     try:
         for backend in (own, baseline)[: len(got)]:
@@ -180,7 +236,18 @@ def _on_server(cfg: Any, job: PreparedJob, progress: bool) -> Outcome:
         live.clear()
         raise
     started = Started(own.start_s, reused, live.launches(server.SERVER))
-    return records, wall_s, counts, started, None
+    return Outcome(records, wall_s, counts, records, started)
+
+
+def measure(cfg: Any, job: PreparedJob, progress: bool = True) -> Outcome:
+    """The job on its engines, or on ``cfg.instances`` > 1 fresh engine instances (pairs when
+    interleaved, none kept from the job before) with its problems split over them
+    (:func:`split`), combined (:func:`combine`)."""
+    on = _on_server if cfg.backend == "server" else _offline
+    parts = split(job, cfg.instances)
+    if len(parts) > 1:
+        print(f"{job.info.run_id}: {len(parts)} engine instances, the problems split over them")
+    return combine(job, [on(cfg, part, progress, i) for i, part in enumerate(parts)])
 
 
 def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> RunSummary | None:
@@ -203,14 +270,10 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
         print(f"re-running {name}: {', '.join(changed)} changed")
     elif changed is None and not cfg.force and (job_dir / results.SUMMARY).exists():
         print(f"re-running {name}: its stored results are incomplete or do not read back")
-    if cfg.backend == "server":
-        records, wall_s, counts, started, reference = _on_server(cfg, job, progress)
-    else:
-        records, wall_s, counts, started, reference = _offline(cfg, job, progress)
-    summary = summarize(cfg, job, records, wall_s, counts, started, models, key)
-    summary = replace(summary, reference=reference)
+    outcome = measure(cfg, job, progress)
+    summary = summarize(cfg, job, outcome, models, key)
     try:
-        results.write_job(job_dir, records, summary, hydra_dir)
+        results.write_job(job_dir, outcome.records, summary, hydra_dir)
     except OSError as exc:
         raise OSError(f"could not write the results to {job_dir} ({exc})") from None
     print(summary.headline())

@@ -24,7 +24,7 @@ from harness.backends.server import HOST, server_args
 from harness.checks import looks_local, model_config
 from harness.data.datasets import load_problems
 from harness.results import job_name
-from harness.sweep.runner import choose_engines
+from harness.sweep.runner import Engines, choose_engines
 from harness.sweep.sweeper import Plan
 
 
@@ -105,7 +105,31 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
         config = shapes and (model_config(shapes) or memory.PUBLISHED.get(shapes))
         checked = speculators.get(spec.method).plan_check(spec.target, spec.draft, config)
         lines += [f"  {checked}"] if checked else []
-    return lines + pair_lines(spec, max(cfgs, key=lambda c: c.concurrency))
+    lines += pair_lines(spec, max(cfgs, key=lambda c: c.concurrency))
+    if (n := max(c.instances for c in cfgs)) > 1:
+        lines.append(
+            f"  instances: {n} fresh engine instances (pairs when interleaved) per job, the"
+            " problems split over them, start order alternating, at most two engines live"
+        )
+    return lines
+
+
+def launches(cfgs: list[Any], engines: list[Engines]) -> int:
+    """Engine starts of the jobs in order, by :mod:`harness.backends.live`'s rule (a job keeps
+    the live engines it asks for; several instances start every one afresh)."""
+    alive: list[EngineSpec] = []
+    count = 0
+    for cfg, chosen in zip(cfgs, engines, strict=True):
+        specs = [chosen.spec] + ([chosen.baseline] if chosen.baseline else [])
+        for _ in range(cfg.instances):
+            free = [] if cfg.instances > 1 else list(alive)
+            for spec in specs:
+                if spec in free:
+                    free.remove(spec)
+                else:
+                    count += 1
+            alive = specs
+    return count
 
 
 def show(planned: Plan, configs: Mapping[tuple[str, ...], Any], out: Callable = print) -> None:
@@ -139,11 +163,9 @@ def show(planned: Plan, configs: Mapping[tuple[str, ...], Any], out: Callable = 
                 shown = f"{'all' if n is None else f'limit {n}'} (hub dataset, not loaded)"
             lines.append(f"    {job_name(cfg)}: requests {shown}, max_tokens {cfg.max_tokens}")
     hub = f" (+ {unknown} jobs on hub datasets, not counted)" if unknown else ""
-    # an interleaved target adds one engine: its plain baseline (or the A/A instance)
-    paired = {EngineSpec.from_config(c).target for c in cfgs
-              if choose_engines(c, _bases(c)).baseline is not None}  # fmt: skip
+    engines = [choose_engines(c, _bases(c)) for c in cfgs]
     lines.append(
-        f"\ntotals: {len(cfgs)} job(s), {len(blocks) + len(paired)} engine launch(es), "
+        f"\ntotals: {len(cfgs)} job(s), {launches(cfgs, engines)} engine launch(es), "
         f"{known:,} requests, "
         f"<= {max_output:,} output tokens{hub}"
     )

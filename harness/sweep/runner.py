@@ -106,6 +106,7 @@ def job_info(cfg: Any) -> JobInfo:
         backend=cfg.backend,
         request_rate=None if cfg.request_rate is None else float(cfg.request_rate),
         k_schedule=schedule.label(cfg.spec.k_schedule) if cfg.spec.k > 0 else None,
+        instances=cfg.instances,
         method=cfg.variant.method if cfg.spec.k > 0 else None,
         draft_sample_method=(
             cfg.spec.draft_sample_method
@@ -192,6 +193,11 @@ def prepare(cfg: Any) -> PreparedJob:
     for problem in load_problems(cfg.dataset, cfg.limit):
         messages = build_messages(problem, cfg.variant.prompt_style, cfg.prompts)
         requests.append(Request(problem, tuple(prompt_token_ids(tokenizer, messages))))
+    if cfg.instances > len(requests):
+        raise ConfigError(
+            f"instances={cfg.instances}: more engine instances than the {len(requests)} "
+            f"problems of {cfg.dataset.name}; use instances={len(requests)} or fewer"
+        )
     check_prompt_lengths(
         {r.problem.id: len(r.prompt_token_ids) for r in requests},
         cfg.max_tokens,

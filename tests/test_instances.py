@@ -1,0 +1,158 @@
+"""A job over several engine instances: fresh pairs in alternating start order, its problems
+split over them, and intervals that resample instances, then problems."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from harness import results
+from harness.backends import live
+from harness.config import ConfigError, compose_config, validate
+from harness.sweep import job as jobs
+from reports import aggregate, bootstrap
+
+
+def test_one_instance_draws_the_one_level_weights_and_two_draw_whole_instances():
+    one = bootstrap.weights(12, 200, 0)
+    assert np.array_equal(bootstrap.weights(12, 200, 0, (0,) * 12), one)
+    labels = np.array([0, 1] * 6)
+    w = bootstrap.weights(12, 200, 0, tuple(labels))
+    # each replicate draws two instances with replacement, then six problems per copy
+    per_instance = np.stack([w[:, labels == i].sum(1) for i in (0, 1)], 1)
+    assert set(per_instance.sum(1)) == {12.0}
+    assert set(per_instance.ravel()) <= {0.0, 6.0, 12.0}
+    assert (per_instance[:, 0] == 0).any() and (per_instance[:, 1] == 0).any()
+
+
+def test_an_instance_effect_widens_the_interval_only_when_instances_are_resampled():
+    rng = np.random.default_rng(1)
+    labels = np.arange(40) % 2
+    den = np.ones((40, 1))
+    num = 1 + 0.01 * rng.standard_normal((40, 1)) + 0.1 * labels[:, None]  # instance 1: +10%
+    _, lo1, hi1 = bootstrap.ratio(num, den)
+    _, lo2, hi2 = bootstrap.ratio(num, den, instances=tuple(labels))
+    assert (hi2 - lo2)[0] > 3 * (hi1 - lo1)[0]
+    assert lo2[0] <= 1.01 and hi2[0] >= 1.09  # spans both instances' means
+
+
+def _requests(spread: float) -> pd.DataFrame:
+    """An interleaved K = 2 group of 8 problems over 2 instances: the job's TPOT is 10 ms,
+    its pair's 20 ms on instance 0 and 20 ms * (1 + spread) on instance 1."""
+    rows = []
+    for i in range(8):
+        pair = 0.02 * (1 + spread * (i % 2))
+        rows.append(dict(
+            sweep_id="s", run_id="r", target="t", variant="cot_sd", draft="d",
+            prompt_style="cot", dataset="x", difficulty="easy", temperature=0.0, seed=0,
+            concurrency=1, backend="offline", request_rate=0.0, pairing="interleaved",
+            instances=2, instance=i % 2, k=2, k_schedule="none", problem_id=f"p{i}",
+            output_tokens=11, correct=1.0, ttft_s=0.01, e2e_s=0.11, tpot_s=0.01,
+            num_spec_steps=5.0, num_draft_tokens=10.0, num_accepted_tokens=5.0,
+            acceptance_histogram=[0, 5, 0], pair_ttft_s=0.01, pair_e2e_s=0.01 + 10 * pair,
+            pair_tpot_s=pair, pair_output_tokens=11, limit=8, dataset_digest="d",
+            target_role="cot",
+        ))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_table_shows_each_instances_speedup_spread():
+    df = aggregate.with_sums(_requests(0.5))
+    (block,) = aggregate.blocks(df, aggregate.GROUP).values()
+    assert block.instances == (0, 1) * 4
+    row = aggregate._speedups({k: block for k in [tuple(df.loc[0, list(aggregate.GROUP)])]}, {},
+                              200, 0).iloc[0]  # fmt: skip
+    assert row["instance_spread"] == pytest.approx(0.5)  # 3.0x on instance 1 over 2.0x
+    assert row["speedup_tpot"] == pytest.approx(2.5)
+    assert row["speedup_tpot_lo"] <= 2.05 and row["speedup_tpot_hi"] >= 2.95
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [(["instances=0"], "instances"), (["limit=3", "instances=4"], "instances"),
+     (["instances=2", "backend=server", "server.url=http://127.0.0.1:8000"], "instances")],
+)  # fmt: skip
+def test_bad_instance_counts_name_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=rf"^{key}="):
+        validate(compose_config(overrides))
+
+
+def test_the_problems_split_round_robin_and_come_back_in_order():
+    class Problem:
+        def __init__(self, i):
+            self.id = f"p{i}"
+
+    class Request:
+        def __init__(self, i):
+            self.problem = Problem(i)
+
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Job:
+        requests: tuple
+
+    job = Job(tuple(Request(i) for i in range(5)))
+    parts = jobs.split(job, 2)
+    assert [[r.problem.id for r in p.requests] for p in parts] == [["p0", "p2", "p4"], ["p1", "p3"]]
+
+
+def test_several_instances_start_fresh_in_alternating_order_and_one_reuses():
+    started, stopped = [], []
+
+    def start(spec, same, **options):
+        started.append(spec)
+        return f"{spec}#{len(started)}"
+
+    kind = live.Kind("fake", start, stopped.append)
+    try:
+        first = jobs.instance(kind, ("job", "base"), 0, fresh=False)
+        assert started == ["base", "job"] and [b for b, _ in first] == ["job#2", "base#1"]
+        again = jobs.instance(kind, ("job", "base"), 0, fresh=False)  # one instance: reused
+        assert [r for _, r in again] == [True, True] and len(started) == 2
+        fresh = jobs.instance(kind, ("job", "base"), 0, fresh=True)
+        assert sorted(stopped) == ["base#1", "job#2"]
+        assert started[2:] == ["base", "job"] and [r for _, r in fresh] == [False, False]
+        second = jobs.instance(kind, ("job", "base"), 1, fresh=True)
+        assert started[4:] == ["job", "base"] and [b for b, _ in second] == ["job#5", "base#6"]
+        assert len(stopped) == 4
+    finally:
+        live.clear()
+
+
+@pytest.mark.slow
+def test_a_job_over_two_instance_pairs_on_real_engines(tiny_overrides, tmp_path):
+    overrides = [o for o in tiny_overrides if not o.startswith(("pairing=", "limit="))]
+    run = subprocess.run(
+        [sys.executable, "-m", "harness", "variant=cot_sd", "dataset=synth_easy", "spec.k=2",
+         "instances=2", "limit=4", "max_tokens=12", "warmup=0", "calibrate=false", "pairing=interleaved",
+         *overrides],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    spec = tmp_path / "results" / "tiny" / "cot_sd-synth_easy-k2-c1-i2-s0-t0-n4"
+    rows = pq.read_table(spec / results.REQUESTS).to_pylist()
+    assert [r["instance"] for r in rows] == [0, 1, 0, 1]
+    assert all(r["instances"] == 2 and r["pair_tpot_s"] is not None for r in rows)
+    summary = json.loads((spec / results.SUMMARY).read_text())
+    assert summary["engine_launches"] == 4  # a fresh pair for each instance
+    assert summary["counter_mismatch"] is None
+    # the second instance started its K = 2 engine first: only the first kept its counters
+    drafted = sum(r["num_draft_tokens"] for r in rows if r["instance"] == 0)
+    assert summary["spec"]["num_draft_tokens"] == drafted > 0
+
+
+def test_more_instances_than_the_datasets_problems_is_bad_input(tiny_overrides):
+    from harness.sweep.runner import prepare
+
+    cfg = compose_config(
+        [*tiny_overrides, "variant=cot", "limit=null", "dataset.size=3", "instances=4"]
+    )
+    with pytest.raises(ConfigError, match=r"^instances=4: more engine instances than the 3 "):
+        prepare(cfg)
