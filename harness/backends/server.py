@@ -86,7 +86,8 @@ def _cause(log: Path, offset: int, returncode: int) -> str:
     cause = failure_cause(lines)
     if returncode >= 0:
         return cause or (lines or ["empty log"])[-1]
-    killed = f"killed by signal {-returncode} ({signal.Signals(-returncode).name})"
+    name = {s.value: s.name for s in signal.Signals}.get(-returncode, "unnamed")
+    killed = f"killed by signal {-returncode} ({name})"
     return f"{killed}; its last error line: {cause}" if cause else killed
 
 
