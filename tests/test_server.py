@@ -16,7 +16,7 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from test_cli_faults import start_harness
+from test_cli_faults import _wait_for, start_harness
 from test_reaper import all_gone
 
 from harness import results
@@ -180,25 +180,25 @@ def test_a_dead_server_is_reported_with_its_own_log_lines_not_an_earlier_servers
     assert "earlier server" not in message
 
 
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
-def test_a_killed_or_interrupted_harness_leaves_no_server(overrides, tmp_path, how):
+def test_a_killed_harness_leaves_no_server(overrides, tmp_path):
+    """(A Ctrl-C's SIGINT, interrupting a server job: the end of the test below.)"""
     args = [*overrides, f"results_dir={tmp_path}", "backend=server", "limit=40",
             "max_tokens=200", "request_rate=1"]  # fmt: skip
     proc = start_harness(args)
     _wait_for_log(proc, tmp_path / "tiny" / results.SERVER_LOGS, "Application startup complete")
     tree = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
     assert len(tree) >= 3  # the watchdog, the server and its engine
-    os.killpg(proc.pid, how)  # SIGINT: what a terminal's Ctrl-C does
+    os.killpg(proc.pid, signal.SIGKILL)
     _, err = proc.communicate(timeout=120)
     assert all_gone(tree, 30) == [], err.decode()[-3000:]
-    if how == signal.SIGINT:
-        assert proc.returncode == 130 and "Traceback" not in err.decode(), err.decode()[-3000:]
-        assert "interrupted: job cot_sd-synth_easy-k2-c1-server-rps1-" in err.decode()
 
 
 def test_a_server_that_dies_mid_job_fails_that_job_and_the_next_starts_another(overrides, tmp_path):
-    # a job of 20 answers (killed while it runs), then one of 3 on a server of its own
-    args = ["-m", *overrides, f"results_dir={tmp_path}", "backend=server", "limit=20,3",
+    """Then a Ctrl-C (SIGINT) in the job after those leaves no server either (one harness and
+    its second server serve both checks)."""
+    # a job of 20 answers (killed while it runs), then one of 3 on a server of its own, then
+    # one of 40 on that server, interrupted
+    args = ["-m", *overrides, f"results_dir={tmp_path}", "backend=server", "limit=20,3,40",
             "max_tokens=200", "request_rate=1", "dataset=synth_easy"]  # fmt: skip
     proc = start_harness(args)
     log = tmp_path / "tiny" / results.SERVER_LOGS
@@ -206,16 +206,26 @@ def test_a_server_that_dies_mid_job_fails_that_job_and_the_next_starts_another(o
     tree = psutil.Process(proc.pid).children(recursive=True)
     (api,) = [p for p in tree if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline())]
     api.kill()
-    _, err = proc.communicate(timeout=300)
-    text = err.decode()
+    text = _wait_for(proc, "stderr", "cot_sd-synth_easy-k2-c1-server-rps1-s0-t0-n40:")
     assert "Traceback" not in text and "the vLLM server died (exit code -9)" in text, text[-3000:]
     (failure,) = [json.loads(x) for x in (tmp_path / "tiny" / results.FAILURES).open()]
     assert failure["job"] == "cot_sd-synth_easy-k2-c1-server-rps1-s0-t0-n20"
-    # the dead server's engine is reaped; the next job starts a server of its own and runs
+    # the dead server's engine is reaped (while the harness runs on); the next job starts a
+    # server of its own and runs
     assert all_gone([p.pid for p in tree], 30) == []
     (done,) = (tmp_path / "tiny").glob("cot_sd-*-s0-t0-n3")
     assert results.read_summary(done)["num_requests"] == 3
     assert _text(log).count("Application startup complete") == 2
+
+    # Ctrl-C while the job of 40 runs on the second server
+    tree = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    assert len(tree) >= 3  # the watchdog, the server and its engine
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=120)
+    text += err.decode(errors="replace")
+    assert all_gone(tree, 30) == [], text[-3000:]
+    assert proc.returncode == 130 and "Traceback" not in text, text[-3000:]
+    assert "interrupted: job cot_sd-synth_easy-k2-c1-server-rps1-" in text
 
 
 def _wait_for_log(proc, folder, marker: str, timeout: float = 300) -> None:
