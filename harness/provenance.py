@@ -141,14 +141,14 @@ def _machine(device: str) -> dict[str, Any]:
     }
 
 
-def git_state() -> dict[str, Any]:
-    """The draftbench checkout's commit and whether tracked files changed; Nones when it
-    is not a git checkout."""
+def git_state(checkout: Path = CHECKOUT) -> dict[str, Any]:
+    """The commit of the draftbench checkout (or ``checkout``) and whether tracked files
+    changed; Nones when it is not a git checkout."""
 
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(
-                ["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True, timeout=30
+                ["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=30
             )
         except (OSError, subprocess.TimeoutExpired):
             return None

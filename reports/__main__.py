@@ -5,8 +5,10 @@
     python -m reports --k-schedules sweep=tiny-serving  # the overrides of its K schedules
     python -m reports results_dir=DIR experiment=smollm2  # the sweep(s) those overrides wrote
     python -m reports --sweep tiny-serving slo.tpot_ms=20  # goodput under another SLO
+    python -m reports --check docs/results/tiny  # a study's report regenerated and compared
 
-Writes ``<out-dir>/<name>/REPORT.md``, ``figures/*.png``, ``aggregates.csv``, ``fits.csv``.
+Writes ``<out-dir>/<name>/REPORT.md``, ``figures/*.png``, ``aggregates.csv``, ``fits.csv``;
+``--check`` writes nothing and exits 1 on any difference (``reports.study.check``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "and write nothing",
     )
     parser.add_argument(
+        "--check",
+        type=Path,
+        metavar="STUDY_DIR",
+        help="regenerate a study folder's REPORT.md, tables and figures from its raw runs "
+        "and study.json, compare them with the committed ones (and README.md's quoted "
+        "numbers with the tables); print each difference, exit 1 on any; write nothing",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="exit 1 when a run was skipped (partial or corrupt) or there was none",
@@ -82,6 +92,15 @@ def main(args: argparse.Namespace) -> int:
 
     if args.bootstrap < 10:
         raise ValueError(f"--bootstrap={args.bootstrap}: use at least 10 replicates")
+    if args.check:
+        from reports import study
+
+        problems = study.check(args.check)
+        for problem in problems:
+            print(f"{args.check}/{problem}", file=sys.stderr)
+        if not problems:
+            print(f"{args.check}: REPORT.md, tables and figures regenerate as committed")
+        return 1 if problems else 0
     slo = _slo(args.overrides)
     args.overrides = [o for o in args.overrides if not o.startswith(SLO_PREFIX)]
     if args.overrides:

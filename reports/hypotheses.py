@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from reports import aggregate, bootstrap
+from reports import aggregate, bootstrap, sentinel
 
 BASE_TARGET, COT_TARGET, COD_TARGET = "base", "cot", "cod"  # target roles of the seed study
 MINIMAL_LOSS = 0.05  # "minimal accuracy loss": at most 5 percentage points
@@ -34,7 +34,8 @@ headline rows (lowest concurrency; K = 0, or a draft variant's best K).
    one half of the problems (split by a hash of the problem id) and judged on the other
    half only. The held-out TPOT speedup's CI is widened by the noise the runs measured
    (the speedup's min and max over its median across repeats; |A/A - 1| of the target's
-   interleaved K = 0 row). Supported when the widened interval is above 1 and the accuracy
+   interleaved K = 0 row; the drift sentinel's move within a run, when it exceeds
+   {sentinel.DRIFT:.0%}, of the row's runs or, sequential, its K = 0 runs'). Supported when the widened interval is above 1 and the accuracy
    difference's CI is not below 0; refuted when the widened interval is below 1 or the
    accuracy difference's CI is below 0; "no detectable effect" when it includes 1.
 3. Chain of Draft: the CoD target vs the CoT target (no draft). Supported when the CI of
@@ -103,8 +104,10 @@ def half(problem_ids: pd.Series) -> np.ndarray:
 def noise_floor(table: pd.DataFrame, row: pd.Series) -> tuple[float, float, str]:
     """Factors (low, high) that widen ``row``'s speedup interval by the noise the runs
     measured, and what they came from: the spread of its speedup across repeats (min and
-    max over the median) and, when interleaved, the A/A check of its target (the K = 0
-    row of the same baseline: |A/A - 1| either way)."""
+    max over the median); when interleaved, the A/A check of its target (the K = 0 row of
+    the same baseline: |A/A - 1| either way); and a drift sentinel that flagged the row's
+    runs (or, sequential, its K = 0 baseline's: their timings enter the ratio), by the
+    largest such move, |end / start - 1|, either way."""
     low, high, said = 1.0, 1.0, []
     if row.get("n_repeats", 1) > 1 and row.get("speedup_tpot_repeat_median", 0) > 0:
         mid = row["speedup_tpot_repeat_median"]
@@ -117,6 +120,14 @@ def noise_floor(table: pd.DataFrame, row: pd.Series) -> tuple[float, float, str]
             e = float(abs(aa.iloc[0] - 1))
             low, high = low / (1 + e), high * (1 + e)
             said.append(f"A/A {aa.iloc[0]:.3f}")
+    drifts = [row.get("reference_drift")]
+    if row.get("pairing") != "interleaved" and "reference_drift" in table:
+        base = aggregate.select(table, row, aggregate.BASELINE)
+        drifts += list(base.loc[base["k"] == 0, "reference_drift"])
+    moved = [abs(d) for d in drifts if sentinel.is_flagged(d)]
+    if moved:
+        low, high = low / (1 + max(moved)), high * (1 + max(moved))
+        said.append(f"sentinel drift {max(moved):.1%}")
     return low, high, ", ".join(said)
 
 

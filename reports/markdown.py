@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness import metrics
-from reports import aggregate, hypotheses, theory
+from reports import aggregate, hypotheses, sentinel, theory
 from reports.plotting import Shown
 
 if TYPE_CHECKING:
@@ -445,6 +445,23 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     return out
 
 
+def _flagged(runs: pd.DataFrame) -> list[str]:
+    """The runs the drift sentinel flags (``reports.sentinel``), first thing in the report."""
+    rows = sentinel.flagged(runs)
+    if rows.empty:
+        return []
+    return ["## Runs the drift sentinel flags", "",
+            f"Each run's fixed reference request moved more than {sentinel.DRIFT:.0%} "
+            "between the run's start and end: the machine changed speed during it, so its "
+            "timings are suspect. They stay in every table; each verdict widens their "
+            "speedup interval by that move (docs/METRICS.md).", "",
+            table(rows, [("sweep", _col("sweep_id")), ("run", lambda r: f"`{r['run_id']}`"),
+                         ("sentinel start -> end, ms per unit",
+                          lambda r: f"{num(r['reference_start_s'], 2, 1000)} -> "
+                          f"{num(r['reference_end_s'], 2, 1000)}"),
+                         ("drift", lambda r: f"{r['drift']:+.1%}")]), ""]  # fmt: skip
+
+
 def _skipped(skipped: Sequence) -> list[str]:
     if not skipped:
         return []
@@ -462,10 +479,12 @@ def report(
     n_boot: int,
     seed: int,
     out_dir: Path,
+    preface: Sequence[str] = (),
 ) -> str:
-    """The text of REPORT.md, written into ``out_dir``."""
+    """The text of REPORT.md, written into ``out_dir`` (its links relative to it); the
+    ``preface`` lines come first, under the title."""
     which = ", ".join(sweeps) if sweeps else "all sweeps"
-    out = ["# draftbench report", ""]
+    out = ["# draftbench report", "", *preface]
     if t.table.empty:
         out += [f"**No complete runs found** under `{source}` ({which}). Run a sweep first "
                 "(`make sweep`), then `make report` again.", "", *_skipped(t.skipped)]  # fmt: skip
@@ -476,6 +495,7 @@ def report(
         f"{len(t.requests)} requests, {len(t.table)} configurations; "
         f"{len(t.skipped)} run director{'y' if len(t.skipped) == 1 else 'ies'} skipped.",
         "",
+        *_flagged(t.runs),
         *_hypotheses(t.verdicts),
         "## Headline results",
         "",

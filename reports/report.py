@@ -6,8 +6,10 @@ Compute (:mod:`reports.tables`), draw (:mod:`reports.figures`), write
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from reports import bootstrap, figures, load, markdown, tables
@@ -21,10 +23,18 @@ def make_report(
     seed: int = 0,
     strict: bool = False,
     slo: Mapping[str, float | None] | None = None,
+    source: str | None = None,
+    link_dir: Path | None = None,
+    preface: Sequence[str] = (),
 ) -> Path:
     """Load, aggregate, draw and write the report into ``out_dir``; return REPORT.md.
     Goodput counts each run against its config's SLO, with the bounds ``slo`` names in
     its place.
+
+    REPORT.md names ``results_dir`` as ``source`` when given (and skipped runs by their
+    path under it), links relative to ``link_dir`` (default ``out_dir``: where it will be
+    read) and starts with the ``preface`` lines, so a report regenerated elsewhere from the
+    same runs reads the same.
 
     Runs skipped as partial or corrupt are listed on stderr (and in REPORT.md); the cost
     model's check (:func:`reports.fit.model_check`) is printed.
@@ -38,6 +48,12 @@ def make_report(
     results = load.load(results_dir, sweeps)
     for skipped in results.skipped:
         print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+    if source is not None:
+        relative = tuple(
+            dataclasses.replace(s, path=os.path.relpath(s.path, results_dir))
+            for s in results.skipped
+        )
+        results = dataclasses.replace(results, skipped=relative)
     computed = tables.build_tables(results, n_boot, seed, slo)
     fig_dir = out / "figures"
     for old in fig_dir.glob("*.png") if fig_dir.is_dir() else []:
@@ -49,7 +65,10 @@ def make_report(
         if not df.empty:
             df.to_csv(out / name, index=False, float_format="%.6g")
     path = out / "REPORT.md"
-    path.write_text(markdown.report(computed, shown, str(results_dir), sweeps, n_boot, seed, out))
+    text = markdown.report(
+        computed, shown, source or str(results_dir), sweeps, n_boot, seed, link_dir or out, preface
+    )
+    path.write_text(text)
     if computed.model_check:
         print(computed.model_check)
     if strict and (results.skipped or computed.table.empty):

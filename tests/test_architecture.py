@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "train", "reports", "hydra_plugins")
+PACKAGES = ("harness", "train", "reports", "hydra_plugins", "study")
 
 
 def _modules() -> dict[str, Path]:
@@ -138,10 +138,26 @@ def test_the_harness_imports_no_later_stage():
         for module, targets in graph.items()
         if module.startswith("harness")
         for target in targets
-        if target.startswith(("train", "reports"))
+        if target.startswith(("train", "reports", "study"))
     }
     assert not upward, sorted(upward)
     assert "harness.files" in graph["harness.manifest"]  # the one digest of model keys
+
+
+def test_the_study_runner_sits_above_the_harness_and_the_reports():
+    """``study/`` drives the harness and the reports (a study's runs, then its folder);
+    nothing of theirs imports it, and ``reports --check`` needs no engine."""
+    graph = import_graph()
+    upward = sorted(
+        (module, target)
+        for module, targets in graph.items()
+        if not module.startswith("study")
+        for target in targets
+        if target == "study" or target.startswith("study.")
+    )
+    assert not upward, upward
+    assert {"harness.provenance", "reports.study"} <= graph["study.runner"]
+    assert not any(t.startswith("study") for t in graph["reports.study"])
 
 
 # harness/ in the order data flows: a module imports only modules of its own layer or below

@@ -1,0 +1,198 @@
+"""A study's folder, ``docs/results/<name>/``, as the report reads it.
+
+``raw/<sweep>/<job>/`` holds its runs (the harness's layout, compacted by ``python -m
+study``), ``study.json`` what made them (the study's config, commit and tree, versions,
+hardware, each step's command and wall time, the drift sentinel's re-runs, the raw data's
+size); ``REPORT.md``, ``aggregates.csv``, ``fits.csv`` and ``figures/`` are generated from
+both (:func:`write`). :func:`check` regenerates them elsewhere and lists every difference,
+and every number the hand-written ``README.md`` quotes that no table holds (:func:`unquoted`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reports import markdown, sentinel
+from reports.report import make_report
+
+STUDY_JSON = "study.json"
+RAW = "raw"  # the runs, <sweep>/<job>/ as the harness writes them
+README = "README.md"  # hand-written: quotes only numbers of the tables
+REPORT = "REPORT.md"
+TABLES = ("aggregates.csv", "fits.csv")
+FIGURES = "figures"
+# what a README may quote: a speedup (1.85x) and a rate (0.341)
+SPEEDUP = re.compile(r"(?<![\d.])(\d+\.\d+)x\b")
+RATE = re.compile(r"(?<![\d.])(0\.\d{3})(?!\d|\.\d)")
+NUMBER = re.compile(r"\d+\.\d+")
+
+
+def read_study(study_dir: Path) -> dict[str, Any]:
+    """The folder's ``study.json``.
+
+    Raises:
+        ValueError: no such folder, or no readable ``study.json`` in it.
+    """
+    path = Path(study_dir) / STUDY_JSON
+    if not Path(study_dir).is_dir():
+        raise ValueError(f"{study_dir}: no such directory")
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(
+            f"{study_dir}: no {STUDY_JSON} (a study folder is made by `make study`)"
+        ) from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: unreadable ({e})") from None
+
+
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / 1e6:.2f} MB" if n_bytes >= 1e6 else f"{n_bytes / 1e3:.1f} kB"
+
+
+def preface(study: dict[str, Any]) -> list[str]:
+    """REPORT.md's first section, from ``study.json``: how the study was made, from which
+    tree, each step's wall time, the raw data's size and the sentinel's re-runs."""
+    git, hw, ver = study["git"], study["hardware"], study["versions"]
+    commit = f"`{(git.get('commit') or 'no commit')[:12]}`"
+    out = [f"## Study `{study['name']}`", ""]
+    if git.get("dirty"):
+        out += [f"**Made from a dirty tree** (`allow_dirty=true`): commit {commit} plus "
+                "uncommitted changes to tracked files, which nothing here records.", ""]  # fmt: skip
+    out += [study.get("description", "").strip(), ""]
+    tree = "a dirty tree" if git.get("dirty") else "a clean tree"
+    gpu = hw.get("gpu") or "no GPU"
+    out += [f"Made by `{study['command']}` at commit {commit} from {tree}, started "
+            f"{study['started']}, on {hw.get('cpu')} ({hw.get('cpu_count')} cores, {gpu}) "
+            f"with vLLM {ver.get('vllm')}, torch {ver.get('torch')}.", "",
+            markdown.table(pd.DataFrame(study["steps"]),
+                           [("step", lambda r: r["step"]),
+                            ("wall time", lambda r: f"{r['wall_s']:.1f} s"),
+                            ("command", lambda r: f"`{r['command']}`")]), ""]  # fmt: skip
+    raw = study["raw"]
+    out += [f"Raw data: `{RAW}/`, {raw['runs']} runs, {_size(raw['bytes'])} "
+            f"({_size(raw['bytes'] / max(raw['runs'], 1))} per run on average, the largest "
+            f"{_size(raw['largest_bytes'])}); {raw['compaction']}.", ""]  # fmt: skip
+    reruns = study["sentinel"]["reruns"]
+    limit = study["sentinel"]["rerun_flagged"]
+    if reruns:
+        out += [f"Runs the drift sentinel flagged, each re-run at most {limit} time(s) (drift of "
+                "each attempt, the kept run's last):", "",
+                markdown.table(pd.DataFrame(reruns),
+                               [("sweep", lambda r: r["sweep"]), ("run", lambda r: f"`{r['job']}`"),
+                                ("drifts", lambda r: ", ".join(f"{d:+.1%}" for d in r["drifts"])),
+                                ("kept flagged", lambda r: "yes" if r["flagged"] else "no")]),
+                ""]  # fmt: skip
+    else:
+        out += [f"No run's drift sentinel moved more than {sentinel.DRIFT:.0%} (re-runs "
+                f"allowed: {limit}).", ""]  # fmt: skip
+    return out
+
+
+def write(study_dir: Path, out_dir: Path | None = None) -> Path:
+    """Generate REPORT.md, the tables and the figures of ``study_dir`` from its raw runs
+    and ``study.json`` into ``out_dir`` (default: the study folder); return REPORT.md."""
+    study_dir = Path(study_dir)
+    study = read_study(study_dir)
+    options = study["report"]
+    return make_report(
+        study_dir / RAW, out_dir or study_dir, options["sweeps"], options["bootstrap"],
+        options["seed"], slo=options["slo"] or None, source=RAW, link_dir=study_dir,
+        preface=preface(study),
+    )  # fmt: skip
+
+
+def _csv_differs(committed: Path, fresh: Path) -> str | None:
+    """Why two CSV tables differ (strings exactly, numbers to 1e-6 relative), or None."""
+    a, b = pd.read_csv(committed), pd.read_csv(fresh)
+    if list(a.columns) != list(b.columns):
+        return f"columns differ: {sorted(set(a.columns) ^ set(b.columns)) or 'order'}"
+    if len(a) != len(b):
+        return f"{len(a)} rows committed, {len(b)} regenerated"
+    for col in a.columns:
+        x, y = a[col], b[col]
+        if pd.api.types.is_numeric_dtype(x) and pd.api.types.is_numeric_dtype(y):
+            same = np.isclose(x.astype(float), y.astype(float), rtol=1e-6, atol=0, equal_nan=True)
+        else:
+            same = (x.astype(str) == y.astype(str)).to_numpy()
+        if not same.all():
+            row = int(np.flatnonzero(~same)[0])
+            return (
+                f"column {col}, row {row + 1}: {x.iloc[row]} committed, {y.iloc[row]} regenerated"
+            )
+    return None
+
+
+def check(study_dir: Path) -> list[str]:
+    """Every difference between the committed generated files of ``study_dir`` and the ones
+    regenerated from its raw runs (REPORT.md byte for byte, the CSV tables numerically,
+    the figures by name), and every number README.md quotes that no table holds."""
+    study_dir = Path(study_dir)
+    problems = []
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
+        fresh = Path(tmp)
+        write(study_dir, fresh)
+        for name in (REPORT, *TABLES):
+            mine, new = study_dir / name, fresh / name
+            if mine.is_file() != new.is_file():
+                said = "regenerated but not committed" if new.is_file() else "not regenerated"
+                problems.append(f"{name}: {said}")
+            elif not mine.is_file():
+                continue
+            elif name == REPORT and mine.read_bytes() != new.read_bytes():
+                problems.append(
+                    f"{name}: differs from the one regenerated ({_first_diff(mine, new)})"
+                )
+            elif name != REPORT and (why := _csv_differs(mine, new)):
+                problems.append(f"{name}: {why}")
+        figures = [{p.name for p in (d / FIGURES).glob("*.png")} for d in (study_dir, fresh)]
+        if figures[0] != figures[1]:
+            problems.append(
+                f"{FIGURES}/: committed {sorted(figures[0])}, regenerated {sorted(figures[1])}"
+            )
+    return problems + [f"{README}: quotes {n}, which no table holds" for n in unquoted(study_dir)]
+
+
+def _first_diff(a: Path, b: Path) -> str:
+    """The first line where two texts differ."""
+    old, new = a.read_text().splitlines(), b.read_text().splitlines()
+    for i, (x, y) in enumerate(zip(old, new, strict=False), 1):
+        if x != y:
+            return f"line {i}"
+    return f"{len(old)} lines committed, {len(new)} regenerated"
+
+
+def quoted(text: str) -> list[str]:
+    """The speedups (``1.85x``, without the x) and rates (``0.341``) a text quotes."""
+    return sorted(set(SPEEDUP.findall(text)) | set(RATE.findall(text)))
+
+
+def table_numbers(study_dir: Path) -> set[str]:
+    """Every number REPORT.md prints, and every number of the CSV tables to 2 and 3
+    decimals."""
+    study_dir = Path(study_dir)
+    report = study_dir / REPORT
+    found = set(NUMBER.findall(report.read_text())) if report.is_file() else set()
+    for name in TABLES:
+        if (study_dir / name).is_file():
+            values = pd.read_csv(study_dir / name).select_dtypes("number").to_numpy().ravel()
+            found |= {f"{v:.{d}f}" for v in values[np.isfinite(values)] for d in (2, 3)}
+    return found
+
+
+def unquoted(study_dir: Path) -> list[str]:
+    """The numbers README.md quotes (:func:`quoted`) that no table of the study holds."""
+    readme = Path(study_dir) / README
+    if not readme.is_file():
+        return []
+    have = table_numbers(study_dir)
+    return [n for n in quoted(readme.read_text()) if n not in have]

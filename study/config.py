@@ -1,0 +1,171 @@
+"""A study is a config: ``conf/study/<name>.yaml`` names its sweeps (grid, fixed
+overrides, pairing, repeats), the steps around them (building the experiment's models,
+calibration, pre-flight), how often the drift sentinel may re-run a run, and its report's
+options. :func:`load` reads one and refuses unknown keys and bad values with one line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONF = Path(__file__).resolve().parent.parent / "conf" / "study"
+PAIRINGS = ("interleaved", "sequential")
+RERUN_FLAGGED = 2  # re-runs of a run the drift sentinel flags, by default
+
+
+class StudyError(ValueError):
+    """A bad study name, config or option; the message names it."""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One sweep of a study: ``python -m harness -m`` into ``<results_dir>/<name>/``."""
+
+    name: str
+    grid: dict[str, str] = field(default_factory=dict)  # key -> comma-separated values
+    overrides: tuple[str, ...] = ()  # fixed key=value overrides
+    pairing: str = "interleaved"
+    repeats: int = 1
+
+    def args(self, experiment: str, extra: list[str], results_dir: Path) -> list[str]:
+        """The harness overrides of this sweep: the study's experiment, the grid (a key it
+        names replaces the experiment's values; the others keep them), its overrides, then
+        ``extra`` (the command line's), where it writes."""
+        return [
+            f"experiment={experiment}",
+            *(f"{k}={v}" for k, v in self.grid.items()),
+            *self.overrides,
+            f"pairing={self.pairing}",
+            f"repeats={self.repeats}",
+            *extra,
+            f"results_dir={results_dir}",
+            f"sweep={self.name}",
+        ]
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """A pre-flight step: ``python -m harness.measure.preflight <sweep>/<run> --draft <draft>``."""
+
+    sweep: str
+    run: str
+    draft: str
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study's config (``conf/study/<name>.yaml``)."""
+
+    name: str
+    description: str
+    experiment: str
+    sweeps: tuple[Sweep, ...]
+    build_models: bool = True  # python -m train.build experiment=<experiment> first (cached)
+    calibration: bool = True  # python -m harness.sweep.calibrate after each sweep
+    preflight: tuple[Preflight, ...] = ()
+    rerun_flagged: int = RERUN_FLAGGED
+    bootstrap: int = 2000
+    seed: int = 0
+    slo: dict[str, float] = field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        """The config as plain data, for ``study.json``."""
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def known(conf_dir: Path = CONF) -> list[str]:
+    """The names of the studies in ``conf_dir``."""
+    return sorted(p.stem for p in Path(conf_dir).glob("*.yaml"))
+
+
+def _values(value: Any) -> str:
+    """A grid value: a list as Hydra's comma-separated sweep, a scalar as itself."""
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _keys(where: str, data: Any, allowed: set[str], required: set[str] = frozenset()) -> None:
+    if not isinstance(data, dict):
+        raise StudyError(f"{where}: must be a mapping, not {type(data).__name__}")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise StudyError(f"{where}: unknown key {unknown[0]} (known: {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(data))
+    if missing:
+        raise StudyError(f"{where}: missing {missing[0]}")
+
+
+def load(name: str, conf_dir: Path = CONF) -> Study:
+    """The study ``conf_dir/<name>.yaml``.
+
+    Raises:
+        StudyError: an unknown name (the known ones listed), an unknown or missing key, or
+            a bad value.
+    """
+    path = Path(conf_dir) / f"{name}.yaml"
+    if not path.is_file():
+        raise StudyError(f"study {name!r}: no {path.name} (known: {', '.join(known(conf_dir))})")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise StudyError(f"{path}: not YAML ({e})") from None
+    _keys(path.name, data, set(Study.__dataclass_fields__) - {"name"}, {"experiment", "sweeps"})
+    sweeps = []
+    for i, raw in enumerate(data.get("sweeps") or []):
+        where = f"{path.name}: sweeps[{i}]"
+        _keys(where, raw, set(Sweep.__dataclass_fields__), {"name"})
+        sweep = Sweep(
+            name=str(raw["name"]),
+            grid={str(k): _values(v) for k, v in (raw.get("grid") or {}).items()},
+            overrides=tuple(map(str, raw.get("overrides") or ())),
+            pairing=raw.get("pairing", "interleaved"),
+            repeats=raw.get("repeats", 1),
+        )
+        if sweep.pairing not in PAIRINGS:
+            raise StudyError(f"{where}: pairing={sweep.pairing} (one of {', '.join(PAIRINGS)})")
+        if not isinstance(sweep.repeats, int) or sweep.repeats < 1:
+            raise StudyError(f"{where}: repeats={sweep.repeats} (an integer >= 1)")
+        if "/" in sweep.name or sweep.name.startswith("."):
+            raise StudyError(f"{where}: name={sweep.name} (a folder name)")
+        sweeps.append(sweep)
+    if not sweeps:
+        raise StudyError(f"{path.name}: sweeps: name at least one")
+    if len({s.name for s in sweeps}) < len(sweeps):
+        raise StudyError(f"{path.name}: sweeps: two share a name")
+    steps = []
+    for i, raw in enumerate(data.get("preflight") or []):
+        _keys(f"{path.name}: preflight[{i}]", raw, set(Preflight.__dataclass_fields__),
+              set(Preflight.__dataclass_fields__))  # fmt: skip
+        steps.append(Preflight(str(raw["sweep"]), str(raw["run"]), str(raw["draft"])))
+    study = Study(
+        name=name,
+        description=str(data.get("description", "")),
+        experiment=str(data["experiment"]),
+        sweeps=tuple(sweeps),
+        build_models=bool(data.get("build_models", True)),
+        calibration=bool(data.get("calibration", True)),
+        preflight=tuple(steps),
+        rerun_flagged=data.get("rerun_flagged", RERUN_FLAGGED),
+        bootstrap=data.get("bootstrap", 2000),
+        seed=data.get("seed", 0),
+        slo=dict(data.get("slo") or {}),
+    )
+    check_rerun_flagged(study.rerun_flagged, f"{path.name}: rerun_flagged")
+    if not isinstance(study.bootstrap, int) or study.bootstrap < 10:
+        raise StudyError(f"{path.name}: bootstrap={study.bootstrap} (at least 10 replicates)")
+    return study
+
+
+def check_rerun_flagged(value: Any, where: str = "rerun_flagged") -> int:
+    """``value`` as a count of re-runs (an integer >= 0).
+
+    Raises:
+        StudyError: anything else.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StudyError(f"{where}={value}: an integer >= 0")
+    return value

@@ -1,0 +1,87 @@
+"""A study's raw data: its sweeps' runs copied into ``docs/results/<name>/raw/`` in the
+harness's ``<sweep>/<job>/`` layout, compacted.
+
+Each complete run keeps ``summary.json``, ``requests.parquet`` without the
+:data:`DROPPED` columns (nothing in the report reads them) and zstd-compressed, and its
+``preflight.json``; each sweep its ``.calibration/`` files and ``failures.jsonl``. The
+copied summary records the compacted table's sha256 as ``requests_sha256`` (so
+``harness.results.complete_summary`` checks the copy truthfully) and, under
+``compacted``, what was dropped and the original table's sha256.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import results
+from harness.files import atomic_dir, file_digest
+from harness.measure.preflight import PREFLIGHT
+from harness.sweep.calibrate import CALIBRATION
+
+DROPPED = ("output_token_ids",)  # the biggest column; reports.load leaves it on disk too
+CODEC = "zstd"
+COMPACTION = (
+    f"requests.parquet without {', '.join(f'`{c}`' for c in DROPPED)}, {CODEC}-compressed; "
+    "each summary.json records the compacted table's sha256"
+)
+
+
+@dataclass(frozen=True)
+class Copied:
+    """What :func:`copy_runs` wrote: the runs, their bytes, and the largest run's."""
+
+    runs: int
+    bytes: int
+    largest_bytes: int
+
+    def to_row(self) -> dict[str, object]:
+        """The ``raw`` entry of ``study.json``."""
+        return {"runs": self.runs, "bytes": self.bytes, "largest_bytes": self.largest_bytes,
+                "compaction": COMPACTION}  # fmt: skip
+
+
+def compact_run(job: Path, out: Path) -> int:
+    """Copy the complete run ``job`` into ``out``, compacted; return its bytes there.
+
+    Raises:
+        harness.results.IncompleteRun: ``job`` is not complete.
+    """
+    import pyarrow.parquet as pq
+
+    summary = results.complete_summary(job)
+    table = pq.read_table(job / results.REQUESTS)
+    table = table.drop_columns([c for c in DROPPED if c in table.column_names])
+    out.mkdir(parents=True)
+    pq.write_table(table, out / results.REQUESTS, compression=CODEC)
+    summary["compacted"] = {
+        "dropped_columns": list(DROPPED),
+        "compression": CODEC,
+        "original_requests_sha256": summary.get(results.REQUESTS_SHA256),
+    }
+    summary[results.REQUESTS_SHA256] = file_digest(out / results.REQUESTS, None)
+    (out / results.SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    if (job / PREFLIGHT).is_file():
+        shutil.copy2(job / PREFLIGHT, out / PREFLIGHT)
+    return sum(p.stat().st_size for p in out.iterdir())
+
+
+def copy_runs(results_dir: Path, sweeps: list[str], raw_dir: Path) -> Copied:
+    """Replace ``raw_dir`` with the complete runs of ``results_dir/<sweep>`` for each sweep
+    (partial ones are left out, as the report would), compacted (:func:`compact_run`)."""
+    sizes = []
+    with atomic_dir(raw_dir) as tmp:
+        for sweep in sweeps:
+            source, target = Path(results_dir) / sweep, tmp / sweep
+            target.mkdir(parents=True)
+            for job in sorted(p for p in source.iterdir() if p.is_dir()):
+                if job.name.startswith(".") or results.read_summary(job) is None:
+                    continue
+                sizes.append(compact_run(job, target / job.name))
+            if (source / CALIBRATION).is_dir():
+                shutil.copytree(source / CALIBRATION, target / CALIBRATION)
+            if (source / results.FAILURES).is_file():
+                shutil.copy2(source / results.FAILURES, target / results.FAILURES)
+    return Copied(len(sizes), sum(sizes), max(sizes, default=0))

@@ -1,0 +1,211 @@
+"""Studies as code: a study's config, its runner (dirty tree, the drift sentinel's re-runs,
+compacted raw data, provenance) and ``python -m reports --check`` on its folder; the
+numbers a committed study's README quotes are in its tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import provenance, results
+from reports import load, sentinel
+from reports import study as folder
+from study import config, raw, runner
+from tests import run_fixtures
+
+ROOT = Path(__file__).resolve().parents[1]
+V = {v.name: v for v in run_fixtures.SEED_STUDY}
+
+
+def test_an_unknown_study_lists_the_known_ones():
+    with pytest.raises(
+        config.StudyError, match=r"study 'nope': no nope.yaml \(known: .*smoke.*tiny"
+    ):
+        config.load("nope")
+
+
+@pytest.mark.parametrize("name", config.known())
+def test_every_committed_study_config_loads(name):
+    study = config.load(name)
+    assert study.sweeps and study.rerun_flagged >= 0 and study.bootstrap >= 10
+
+
+def test_a_study_config_with_an_unknown_key_is_one_line(tmp_path):
+    (tmp_path / "bad.yaml").write_text("experiment: tiny\nsweeps: [{name: a, grdi: {}}]\n")
+    with pytest.raises(config.StudyError, match=r"sweeps\[0\]: unknown key grdi \(known: "):
+        config.load("bad", tmp_path)
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_a_dirty_tree_is_refused_unless_allowed(tmp_path):
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "f.txt").write_text("one\n")
+    _git(tmp_path, "add", "f.txt")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    clean = provenance.git_state(tmp_path)
+    runner.check_clean(clean, allow_dirty=False)
+    (tmp_path / "f.txt").write_text("two\n")
+    dirty = provenance.git_state(tmp_path)
+    assert dirty == {"commit": clean["commit"], "dirty": True}
+    with pytest.raises(config.StudyError, match=r"uncommitted changes.*allow_dirty=true"):
+        runner.check_clean(dirty, allow_dirty=False)
+    runner.check_clean(dirty, allow_dirty=True)
+    with pytest.raises(config.StudyError, match="not a git checkout"):
+        runner.check_clean(provenance.git_state(tmp_path / "nowhere"), allow_dirty=False)
+
+
+class FakeRunner(runner.Runner):
+    """Steps without engines: a sweep writes the runs it lacks from ``run_fixtures``, each
+    drifting as ``within`` says (by job name: a list, one entry per time it is written)."""
+
+    def __init__(self, results_dir: Path, within: dict[str, list[float]]):
+        super().__init__()
+        self.results_dir, self.within = results_dir, within
+        self.sweeps = 0
+
+    def execute(self, argv: list[str]) -> int:
+        assert argv[1:4] == ["-m", "harness", "-m"] and "sweep=smoke" in argv
+        self.sweeps += 1
+        for variant, k in (("cot", 0), ("cot_sd", 1)):
+            job = run_fixtures.Job("smoke", V[variant], "synth_easy", "easy", k, n_problems=20)
+            drifts = self.within.get(job.name, [1.0])
+            if not (self.results_dir / "smoke" / job.name).exists():
+                within = drifts.pop(0) if len(drifts) > 1 else drifts[0]
+                run_fixtures.write_job(self.results_dir, dataclasses.replace(job, within=within))
+        return 0
+
+
+def _study(**kw) -> config.Study:
+    return config.Study(**{**vars(config.load("smoke")), "rerun_flagged": 2, **kw})
+
+
+def _run_fake(tmp_path: Path, within: dict[str, list[float]], **kw) -> tuple[Path, FakeRunner]:
+    fake = FakeRunner(tmp_path / "results", within)
+    path = runner.run(_study(**kw), [], tmp_path / "results", tmp_path / "docs",
+                      allow_dirty=True, step=fake)  # fmt: skip
+    return path.parent, fake
+
+
+SD = "cot_sd-synth_easy-k1-c1-s0"  # run_fixtures' job name
+
+
+def test_a_flagged_run_is_rerun_until_it_passes(tmp_path):
+    out, fake = _run_fake(tmp_path, {SD: [1.3, 1.2, 1.01]})
+    record = json.loads((out / folder.STUDY_JSON).read_text())
+    assert fake.sweeps == 3  # the sweep, then two re-runs of the flagged run
+    (rerun,) = record["sentinel"]["reruns"]
+    assert rerun["job"] == SD and not rerun["flagged"]
+    assert rerun["drifts"] == pytest.approx([0.3, 0.2, 0.01])
+    assert [p.name for p in runner.attempts(tmp_path / "results" / "smoke", SD)] == [
+        f"{SD}.1", f"{SD}.2"]  # fmt: skip
+    assert [s["step"] for s in record["steps"]] == ["sweep smoke", *["re-run flagged smoke"] * 2]
+    text = (out / folder.REPORT).read_text()
+    assert "Runs the drift sentinel flags" not in text and "+30.0%, +20.0%, +1.0%" in text
+
+
+def test_a_run_still_flagged_is_kept_listed_and_its_verdict_widened(tmp_path):
+    out, fake = _run_fake(tmp_path, {SD: [1.3]}, rerun_flagged=1)
+    assert fake.sweeps == 2  # one re-run, still flagged: kept
+    (rerun,) = json.loads((out / folder.STUDY_JSON).read_text())["sentinel"]["reruns"]
+    assert rerun["flagged"] and rerun["drifts"] == pytest.approx([0.3, 0.3])
+    text = (out / folder.REPORT).read_text()
+    top = text.split("## Seed hypotheses")[0]
+    assert "## Runs the drift sentinel flags" in top and f"`{SD}`" in top and "+30.0%" in top
+    assert "sentinel drift 30.0%" in text  # H2's interval widened by the move
+    flagged = sentinel.flagged(load.load(out / folder.RAW).runs)
+    assert list(flagged["run_id"]) == [SD]
+
+
+def test_a_study_folder_regenerates_and_check_names_a_changed_table(tmp_path):
+    out, _ = _run_fake(tmp_path, {})
+    assert folder.check(out) == []
+    text = (out / folder.REPORT).read_text()
+    git = provenance.git_state()
+    assert ("**Made from a dirty tree**" in text) == bool(git["dirty"])
+    assert "results/" not in text.split("## Definitions")[0].split("## Study")[0]
+    table = pd.read_csv(out / "aggregates.csv")
+    table.loc[0, "accuracy"] += 0.01
+    table.to_csv(out / "aggregates.csv", index=False)
+    (out / "figures" / "extra.png").write_bytes(b"")
+    problems = folder.check(out)
+    assert any(p.startswith("aggregates.csv: column accuracy, row 1") for p in problems)
+    assert any(p.startswith("figures/") for p in problems)
+    done = subprocess.run([sys.executable, "-m", "reports", "--check", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 1 and "aggregates.csv: column accuracy" in done.stderr
+
+
+def test_raw_runs_are_compacted_and_read_back_complete(tmp_path):
+    out, _ = _run_fake(tmp_path, {})
+    for job in load.job_dirs(load.sweep_paths(out / folder.RAW)):
+        summary = results.complete_summary(job)  # the recorded sha256 is the copy's
+        assert summary["compacted"]["dropped_columns"] == list(raw.DROPPED)
+        assert summary["compacted"]["original_requests_sha256"] != summary["requests_sha256"]
+    record = json.loads((out / folder.STUDY_JSON).read_text())
+    assert record["raw"]["runs"] == 2 and record["raw"]["bytes"] < 200_000
+
+
+def test_a_readme_number_missing_from_the_tables_is_named(tmp_path):
+    out, _ = _run_fake(tmp_path, {})
+    speedup = pd.read_csv(out / "aggregates.csv")["speedup_tpot"].dropna().iloc[-1]
+    (out / folder.README).write_text(
+        f"Speculation ran {speedup:.2f}x faster; not 9.99x or 0.123.\n"
+    )
+    assert folder.unquoted(out) == ["0.123", "9.99"]
+    assert "README.md: quotes 9.99, which no table holds" in folder.check(out)
+
+
+STUDIES = sorted(p.parent for p in (ROOT / "docs" / "results").glob("*/README.md"))
+
+
+@pytest.mark.parametrize(
+    "study_dir",
+    [s for s in STUDIES if (s / folder.RAW).is_dir()],  # re-made studies; the others hand-typed
+    ids=lambda p: p.name,
+)
+def test_every_committed_study_regenerates_and_its_readme_quotes_its_tables(study_dir):
+    assert folder.check(study_dir) == []
+
+
+@pytest.mark.slow
+def test_a_small_study_runs_checks_and_reruns_a_flagged_run(tiny_pair, tmp_path):
+    """Two jobs on one engine; then one run's stored sentinel made to read +50% and the
+    study run again: that run alone is moved aside and re-run (a second engine)."""
+    target, _ = tiny_pair
+    models = [f"models.targets.cot={target}"]
+    results_dir, docs = tmp_path / "results", tmp_path / "docs"
+    smoke = config.load("smoke")
+    runner.run(smoke, models, results_dir, docs, allow_dirty=True, rerun_limit=0)
+    out = docs / "smoke"
+    assert folder.check(out) == []
+    jobs = sorted(p.name for p in (out / folder.RAW / "smoke").iterdir())
+    assert len(jobs) == 2
+    sizes = [
+        sum(f.stat().st_size for f in (out / folder.RAW / "smoke" / j).iterdir()) for j in jobs
+    ]
+    assert max(sizes) < 50_000
+
+    path = results_dir / "smoke" / jobs[0] / results.SUMMARY
+    summary = json.loads(path.read_text())
+    summary["reference"]["end_s"] = summary["reference"]["start_s"] * 1.5
+    path.write_text(json.dumps(summary))
+    runner.run(smoke, models, results_dir, docs, allow_dirty=True, rerun_limit=1)
+    record = json.loads((out / folder.STUDY_JSON).read_text())
+    mine = [r for r in record["sentinel"]["reruns"] if r["job"] == jobs[0]]
+    assert mine and mine[0]["drifts"][0] == pytest.approx(0.5)
+    assert (results_dir / "smoke" / runner.FLAGGED / f"{jobs[0]}.1").is_dir()
+    kept = json.loads((out / folder.RAW / "smoke" / jobs[0] / results.SUMMARY).read_text())
+    assert kept["reference"]["end_s"] != summary["reference"]["end_s"]  # the re-run's own
+    assert [s["step"] for s in record["steps"]][:2] == ["sweep smoke", "re-run flagged smoke"]
+    done = subprocess.run([sys.executable, "-m", "reports", "--check", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stderr
