@@ -25,7 +25,7 @@ else
   VLLM_KIND := $(VLLM)
 endif
 
-.PHONY: help install install-suffix test test-fast lint format sweep serve report simulate models data data-report bench peers clean
+.PHONY: help install install-suffix test test-fast lint format sweep serve study report simulate models data data-report bench peers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -124,6 +124,13 @@ serve: install $(if $(PLAN),,models) ## run a serving sweep (request rates and c
 	  | while read -r schedule; do $(PY) -m harness -m serving=$(EXPERIMENT)_batch $$schedule $(ARGS) \
 	      && $(PY) -m harness.sweep.calibrate serving=$(EXPERIMENT)_batch $$schedule $(ARGS) || exit 1; done)
 	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) sweep=$(SERVE_SWEEP) $(filter results_dir=%,$(ARGS)))
+
+# A study (conf/study/$(NAME).yaml): its models, sweeps (resumed), the drift sentinel's re-runs,
+# calibration and pre-flight, then docs/results/$(NAME)/ (raw runs, study.json, the report).
+# ARGS: allow_dirty=true, rerun_flagged=N, results_dir=DIR, or harness overrides for every sweep.
+NAME ?=
+study: install ## run a study from its config (NAME=tiny), then write docs/results/<NAME>/
+	$(PY) -m study $(NAME) $(ARGS)
 
 report: install ## figures + REPORT.md from every stored run
 	$(PY) -m reports $(REPORT_ARGS)
