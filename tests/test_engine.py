@@ -209,22 +209,21 @@ def test_speculation_off_is_the_speculator_engine_without_a_single_draft(overrid
 
 
 def test_a_schedules_k0_level_is_timed_per_token_not_as_a_verify_step(overrides, tmp_path):
-    # the engine of the test below (one launch for both): K = 2 up to batch 2, K = 0 from 3
-    cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=2",
-                          "spec.k_schedule=[[1,2,2],[3,32,0]]"])  # fmt: skip
+    cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1",
+                          "spec.k_schedule=[[1,1,1],[2,32,0]]"])  # fmt: skip
     entry = calibrate.job_entry(cfg)
     llm = engines.get(entry.spec)[0].llm
     calibrate.calibrate(entry, [1], tmp_path, force=False, llm=llm)
     drafts = Offline(llm).spec_counts().num_steps
-    record = calibrate.read(calibrate.calibrate(entry, [3], tmp_path, force=False, llm=llm))
-    # at batch 3 it drafts only where fewer requests run (a wave's last steps), where K = 2
-    # drafting throughout would verify about every third token
+    record = calibrate.read(calibrate.calibrate(entry, [2], tmp_path, force=False, llm=llm))
+    # at batch 2 it drafts only where a request runs alone (its wave's last step), where
+    # K = 1 drafting throughout would verify about every other token
     alone = Offline(llm).spec_counts().num_steps - drafts
-    assert drafts > 0 and alone <= 3 * calibrate.REQUESTS_PER_SLOT
-    drafting, off = record["measurements"]["1"], record["measurements"]["3"]
-    assert drafting["units"] > 0 and drafting["per_unit_s"] > 0  # K = 2 at batch 1
-    assert off["units"] == 0 and off["per_unit_s"] is None  # K = 0 at batch 3
-    assert off["undrafted"] == 3 * calibrate.REQUESTS_PER_SLOT * (calibrate.OUTPUT_TOKENS - 1)
+    assert drafts > 0 and alone <= 2 * calibrate.REQUESTS_PER_SLOT
+    drafting, off = record["measurements"]["1"], record["measurements"]["2"]
+    assert drafting["units"] > 0 and drafting["per_unit_s"] > 0  # K = 1 at batch 1
+    assert off["units"] == 0 and off["per_unit_s"] is None  # K = 0 at batch 2
+    assert off["undrafted"] == 2 * calibrate.REQUESTS_PER_SLOT * (calibrate.OUTPUT_TOKENS - 1)
     assert off["undrafted_step_s"] > 0
 
 
