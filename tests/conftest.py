@@ -2,9 +2,73 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# The files that take longest (real engines, training, figures), longest first: `make test`
+# hands whole files to its workers in collection order, so these start first and the quick
+# files fill the end. Only an ordering hint: a file missing here sorts with the other slow
+# ones (or the quick ones).
+LONGEST = (
+    "test_sweep_cli.py",
+    "test_train_pipeline.py",
+    "test_eagle3.py",
+    "test_server.py",
+    "test_cli_faults.py",
+    "test_preflight.py",
+    "test_reports_report.py",
+    "test_engine.py",
+    "test_bench_drafts.py",
+    "test_smollm2.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist (`make test` runs two workers on a 2-core machine) each worker gets its
+    share of the cores, for the engines and runs it starts and for its own torch:
+
+    - vLLM's CPU engines bound to the worker's cores (``VLLM_CPU_OMP_THREADS_BIND``): its
+      ``auto`` placement binds every engine's model to core 0 (keeping core 1 for the engine
+      core), so both workers' engines queued on core 0;
+    - that many torch (OpenMP) threads (``OMP_NUM_THREADS``): torch's default of a thread per
+      core oversubscribes the cores and its threads wait on each other (an EAGLE-3 head
+      trained in a fixture took 6x as long on a loaded machine); code that fixes its own
+      thread count (``train.build``'s ``threads``) still sets it.
+
+    Tests that set either variable themselves still do (monkeypatch). In one process
+    (``-n 0``) both stay as they are: vLLM's ``auto`` is the fastest placement of one engine
+    (docs/PAIRING.md). And the controller hands out files in collection order
+    (``--no-loadscope-reorder``): xdist would otherwise start with the files that have the
+    most tests, leaving the long engine files (few tests each) for the end, one worker idle
+    while the other finishes one."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker is None or workers < 2:
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    index = int(worker.removeprefix("gw"))
+    share = cores[index * len(cores) // workers : (index + 1) * len(cores) // workers]
+    share = share or [cores[index % len(cores)]]  # more workers than cores
+    env = pytest.MonkeyPatch()
+    env.setenv("OMP_NUM_THREADS", str(len(share)))
+    env.setenv("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, share)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The LONGEST files first, then the other files with slow tests, then the rest; each
+    file's tests stay together in their own order (the sort is stable)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        if item.path.name in LONGEST:
+            return 0, LONGEST.index(item.path.name)
+        return (1 if item.path in slow else 2), 0
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
