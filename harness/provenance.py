@@ -160,5 +160,9 @@ def git_state(checkout: Path = CHECKOUT) -> dict[str, Any]:
 
 
 def command() -> list[str]:
-    """The exact command line of this process (``sys.argv``)."""
-    return list(sys.argv)
+    """The command line of this process (``sys.argv``), its program relative to the
+    checkout when it lies inside it (where a checkout sits is not part of what ran)."""
+    argv = list(sys.argv)
+    if argv and argv[0] and Path(argv[0]).resolve().is_relative_to(CHECKOUT):
+        argv[0] = str(Path(argv[0]).resolve().relative_to(CHECKOUT))
+    return argv

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -114,3 +115,11 @@ def test_the_draft_sample_method_reaches_vllm_and_the_job_columns():
     assert job_info(compose_config(["variant=cot"])).draft_sample_method is None
     with pytest.raises(ConfigError, match=r"spec\.draft_sample_method=sampled"):
         validate(compose_config(["variant=cot_sd", "spec.k=2", "spec.draft_sample_method=sampled"]))
+
+
+def test_the_recorded_command_names_its_program_relative_to_the_checkout(monkeypatch):
+    inside = str(provenance.CHECKOUT / "harness" / "__main__.py")
+    monkeypatch.setattr(sys, "argv", [inside, "variant=cot", "limit=3"])
+    assert provenance.command() == ["harness/__main__.py", "variant=cot", "limit=3"]
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/elsewhere", "x=1"])
+    assert provenance.command() == ["/usr/bin/elsewhere", "x=1"]
