@@ -25,6 +25,9 @@ LONGEST = (
 )
 
 
+MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under xdist (`make test` runs two workers on a 2-core machine) each worker gets its
     share of the cores, for the engines and runs it starts and for its own torch:
@@ -45,6 +48,10 @@ def pytest_configure(config: pytest.Config) -> None:
     while the other finishes one."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    # vLLM's engines in the process that starts them: seconds to start where an engine core
+    # and a worker process of their own take half a minute (two more imports of torch and
+    # vLLM); the tests of what becomes of those processes ask for them (engine_processes)
+    os.environ.setdefault(MULTIPROCESSING, "0")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if worker is None or workers < 2:
@@ -69,6 +76,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (1 if item.path in slow else 2), 0
 
     items.sort(key=rank)
+
+
+@pytest.fixture(autouse=True)
+def _engine_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests marked ``engine_processes`` start vLLM's engines as vLLM does by default: an
+    engine core and a worker process beside the process that asks for one."""
+    if request.node.get_closest_marker("engine_processes"):
+        monkeypatch.setenv(MULTIPROCESSING, "1")
 
 
 @pytest.fixture(scope="session")

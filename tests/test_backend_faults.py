@@ -28,6 +28,8 @@ from test_reaper import all_gone
 
 from harness import results
 
+pytestmark = pytest.mark.engine_processes  # what becomes of an engine's processes
+
 SHORT = ["limit=2", "max_tokens=8", "calibrate=false", "warmup=0", "pairing=sequential"]
 
 

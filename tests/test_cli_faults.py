@@ -21,6 +21,8 @@ from test_reaper import all_gone, engine_core_started
 
 from harness import results
 
+pytestmark = pytest.mark.engine_processes  # what becomes of an engine's processes
+
 
 def _harness(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "harness", *args]

@@ -19,6 +19,8 @@ import pytest
 
 from harness.backends import reaper
 
+pytestmark = pytest.mark.engine_processes  # what becomes of an engine's processes
+
 
 def _alive(pid: int) -> bool:
     try:

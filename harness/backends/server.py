@@ -47,6 +47,9 @@ class ServerError(BackendError):
     """A server that would not start, died, or answered a request with an error."""
 
 
+IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"  # 0: vLLM's engine in the calling process
+
+
 def server_args(spec: EngineSpec) -> list[str]:
     """The server's command-line arguments for ``spec``: its ``vllm.LLM`` keyword
     arguments as flags (``--max-model-len 1024``, ``--enforce-eager``,
@@ -343,7 +346,10 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
     tic = time.perf_counter()
     before = reaper.descendants()
     watchdog = reaper.watch(reaper.tag(), before)
-    env = {k: v for k, v in os.environ.items() if k not in ENV.values()}  # with the tag
+    # with the tag; never an in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0), whose server
+    # sends each answer as one chunk: no inter-token latencies to measure
+    dropped = {*ENV.values(), IN_PROCESS}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env |= {k: v for k, v in environment(spec).items() if v is not None}
     with log.open("a") as out:
         log_start = out.tell()
