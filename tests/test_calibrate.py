@@ -91,6 +91,8 @@ def test_steps_without_drafts_and_nothing_accepted_leave_the_verify_step_unknown
 def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
     from harness.backends.engine import EngineSpec
 
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)  # a test worker sets it
+
     model = tmp_path / "m"
     model.mkdir()
     built = Manifest("target_cot", "full", "", "k1", "d", {}, 1, None, None, 1.0, 1)
