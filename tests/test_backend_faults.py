@@ -12,7 +12,6 @@ import functools
 import http.server
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -33,19 +32,14 @@ pytestmark = pytest.mark.engine_processes  # what becomes of an engine's process
 SHORT = ["limit=2", "max_tokens=8", "calibrate=false", "warmup=0", "pairing=sequential"]
 
 
-def _harness(*args: str, limit_files: bool = False) -> subprocess.Popen:
-    """``python -m harness args`` in its own session (with ``limit_files``: at most 20000
-    open files, soft and hard, so vLLM warns that it cannot raise the limit)."""
-    nofile = (20000, 20000)
+def _harness(*args: str) -> subprocess.Popen:
+    """``python -m harness args`` in its own session."""
     return subprocess.Popen(
         [sys.executable, "-m", "harness", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
-        if limit_files
-        else None,
     )
 
 
@@ -147,16 +141,18 @@ def test_a_server_killed_mid_job_is_reported_killed_by_sigkill_not_by_a_warning(
     tiny_overrides, tmp_path
 ):
     proc = _harness(*tiny_overrides, *SHORT, "variant=cot", "backend=server", "limit=3",
-                    "max_tokens=16", "request_rate=0.5", limit_files=True)  # fmt: skip
+                    "max_tokens=16", "request_rate=0.5")  # fmt: skip
     logs = tmp_path / "results" / "tiny" / results.SERVER_LOGS
     deadline = time.monotonic() + 300
-    # serving, and its log holds the start-up warning (whose lines may reach it late)
-    wanted = ("POST /v1/completions", "Found ulimit of 20000")
-    while not all(w in "".join(p.read_text() for p in logs.glob("*.log")) for w in wanted):
+    while "POST /v1/completions" not in "".join(p.read_text() for p in logs.glob("*.log")):
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
     (api,) = [p for p in psutil.Process(proc.pid).children(recursive=True)
               if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline())]  # fmt: skip
+    (log,) = logs.glob("*.log")  # a warning as vLLM logs one (the issue's, from a low ulimit)
+    with log.open("a") as out:
+        out.write(f"(APIServer pid={api.pid}) WARNING 11-27 09:09:39 [system_utils.py:256] "
+                  "Found ulimit of 20000 and failed to automatically increase\n")  # fmt: skip
     api.kill()
     line = _error_line(proc, 1)
     assert "the vLLM server died (exit code -9): killed by signal 9 (SIGKILL)" in line, line
