@@ -156,3 +156,32 @@ def test_more_instances_than_the_datasets_problems_is_bad_input(tiny_overrides):
     )
     with pytest.raises(ConfigError, match=r"^instances=4: more engine instances than the 3 "):
         prepare(cfg)
+
+
+def test_the_instances_outcomes_combine_in_problem_order_with_their_counts_and_sentinel():
+    from types import SimpleNamespace
+
+    from harness.metrics import SpecCounts
+    from tests import run_fixtures
+
+    recs = run_fixtures.records(
+        run_fixtures.Job("t", run_fixtures.SEED_STUDY[3], "synth_easy", "easy", 2, n_problems=5)
+    )
+    job = SimpleNamespace(requests=[SimpleNamespace(problem=SimpleNamespace(id=r.problem_id))
+                                    for r in recs])  # fmt: skip
+    counts = SpecCounts(num_steps=4, num_draft_tokens=8, num_accepted_tokens=5,
+                        accepted_per_pos=(3, 2))  # fmt: skip
+    parts = [
+        jobs.Outcome(recs[0::2], 2.0, counts, recs[0::2], jobs.Started(3.0, False, 2),
+                     {"engine": "baseline", "k": 0, "start_s": 1.0, "end_s": 1.2}),
+        jobs.Outcome(recs[1::2], 1.0, None, recs[1::2], jobs.Started(4.0, False, 4),
+                     {"engine": "baseline", "k": 0, "start_s": 2.0, "end_s": 2.0}),
+    ]  # fmt: skip
+    out = jobs.combine(job, parts)
+    assert [r.problem_id for r in out.records] == [r.problem_id for r in recs]
+    assert [r.instance for r in out.records] == [0, 1, 0, 1, 0]
+    assert out.wall_s == 3.0 and out.counts == counts and out.counted == recs[0::2]
+    assert out.started == jobs.Started(7.0, False, 4)
+    # each instance's drift is its own: the mean start and end move by the machine's 6.7%
+    assert out.reference["start_s"] == pytest.approx(1.5)
+    assert out.reference["end_s"] == pytest.approx(1.6)

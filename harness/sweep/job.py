@@ -151,14 +151,19 @@ def split(job: PreparedJob, n: int) -> list[PreparedJob]:
     return [replace(job, requests=job.requests[i::n]) for i in range(n)]
 
 
-def _drift(row: dict[str, Any] | None) -> float:
-    return abs(row["end_s"] / row["start_s"] - 1) if row and row["start_s"] else 0.0
+def _reference(rows: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The instances' sentinels as one: their mean start and mean end (each instance timed
+    on its own engine at both, so their differences cancel and the machine's drift stays)."""
+    if not rows or rows[0] is None:
+        return None
+    mean = {key: sum(r[key] for r in rows) / len(rows) for key in ("start_s", "end_s")}
+    return {**rows[0], **mean}
 
 
 def combine(job: PreparedJob, parts: list[Outcome]) -> Outcome:
     """The outcomes of :func:`split`'s parts as one: records tagged with their instance, in
     the job's problem order; seconds, job engine start-up and counters summed (the counters
-    over the instances that kept theirs); the sentinel of the instance that drifted most."""
+    over the instances that kept theirs); the sentinels' mean start and end."""
     tagged = [replace(r, instance=i) for i, part in enumerate(parts) for r in part.records]
     order = {r.problem.id: i for i, r in enumerate(job.requests)}
     kept = [p for p in parts if p.counts is not None]
@@ -169,7 +174,7 @@ def combine(job: PreparedJob, parts: list[Outcome]) -> Outcome:
         counts=metrics.total_counts(p.counts for p in kept) if kept else None,
         counted=[r for p in kept for r in p.counted],
         started=Started(start_s, all(p.started.reused for p in parts), parts[-1].started.launches),
-        reference=max((p.reference for p in parts), key=_drift),
+        reference=_reference([p.reference for p in parts]),
     )
 
 
