@@ -224,9 +224,10 @@ def _group_stats(groups: dict[tuple, Block], n_boot: int, seed: int) -> pd.DataF
     rows = []
     for key, block in groups.items():
         num, den = block.arrays(RATIOS)
-        point, lo, hi = bootstrap.ratio(num, den, n_boot, seed, block.instances)
+        instances = block.instances
+        point, lo, hi = bootstrap.ratio(num, den, n_boot, seed, instances)
         stats = _ci_columns([r.name for r in RATIOS], point + offsets, lo + offsets, hi + offsets)
-        dropped = bootstrap.dropped(den, n_boot, seed, block.instances)[np.isfinite(point)]
+        dropped = bootstrap.dropped(den, n_boot, seed, instances)[np.isfinite(point)]
         rows.append({**dict(zip(GROUP, key, strict=True)), "n_problems": len(block.problems),
                      **stats, "boot_dropped": int(dropped.max(initial=0))})  # fmt: skip
     return pd.DataFrame(rows)

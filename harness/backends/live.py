@@ -90,5 +90,5 @@ class Live:
             entry.kind.stop(entry.backend)
 
 
-_cache = Live()  # this process's one cache
-get, get_all, clear, launches = _cache.get, _cache.get_all, _cache.clear, _cache.launches
+CACHE = Live()  # this process's one cache
+get, get_all, clear, launches = CACHE.get, CACHE.get_all, CACHE.clear, CACHE.launches

@@ -179,15 +179,20 @@ def combine(job: PreparedJob, parts: list[Outcome]) -> Outcome:
 
 
 def instance(
-    kind: live.Kind, specs: tuple, index: int, fresh: bool, **options: Any
+    kind: live.Kind,
+    specs: tuple,
+    index: int,
+    fresh: bool,
+    cache: live.Live = live.CACHE,
+    **options: Any,
 ) -> list[tuple[Any, bool]]:
-    """The live backends of a job's instance ``index`` (its own first) and whether each was
-    reused; ``fresh``: none kept from before, started in alternating order (the job's own
-    last at even instances, first at odd ones)."""
+    """The live backends of a job's instance ``index`` (its own first) in ``cache`` and
+    whether each was reused; ``fresh``: none kept from before, started in alternating order
+    (the job's own last at even instances, first at odd ones)."""
     if fresh:
-        live.clear()
+        cache.clear()
     flip = index % 2 == 1
-    got = live.get_all(kind, specs[::-1] if flip else specs, **options)
+    got = cache.get_all(kind, specs[::-1] if flip else specs, **options)
     return got[::-1] if flip else got
 
 

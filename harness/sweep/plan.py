@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import speculators
-from harness.backends import memory
+from harness.backends import live, memory
 from harness.backends.engine import EngineSpec
 from harness.backends.server import HOST, server_args
 from harness.checks import looks_local, model_config
 from harness.data.datasets import load_problems
 from harness.results import job_name
+from harness.sweep.job import instance
 from harness.sweep.runner import Engines, choose_engines
 from harness.sweep.sweeper import Plan
 
@@ -115,21 +116,15 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
 
 
 def launches(cfgs: list[Any], engines: list[Engines]) -> int:
-    """Engine starts of the jobs in order, by :mod:`harness.backends.live`'s rule (a job keeps
-    the live engines it asks for; several instances start every one afresh)."""
-    alive: list[EngineSpec] = []
-    count = 0
+    """Engine starts of the jobs in order: each job's instances asked of a cache of its own
+    (:func:`harness.sweep.job.instance`, the live cache's rule) whose backends are specs."""
+    cache = live.Live()
+    planned = live.Kind("planned", start=lambda spec, same: spec, stop=lambda backend: None)
     for cfg, chosen in zip(cfgs, engines, strict=True):
-        specs = [chosen.spec] + ([chosen.baseline] if chosen.baseline else [])
-        for _ in range(cfg.instances):
-            free = [] if cfg.instances > 1 else list(alive)
-            for spec in specs:
-                if spec in free:
-                    free.remove(spec)
-                else:
-                    count += 1
-            alive = specs
-    return count
+        specs = (chosen.spec,) + ((chosen.baseline,) if chosen.baseline else ())
+        for index in range(cfg.instances):
+            instance(planned, specs, index, cfg.instances > 1, cache)
+    return cache.launches(planned)
 
 
 def show(planned: Plan, configs: Mapping[tuple[str, ...], Any], out: Callable = print) -> None:
