@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,9 +49,10 @@ def pytest_configure(config: pytest.Config) -> None:
     while the other finishes one."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
-    # vLLM's engines in the process that starts them (VLLM_ENABLE_V1_MULTIPROCESSING=0) start
-    # in seconds, but one fresh-clone run left a worker whose later in-process engines all
-    # failed to start; until that is understood the suite keeps vLLM's default
+    # vLLM's engines in the process that starts them: seconds to start where an engine core
+    # and a worker process of their own take half a minute (two more imports of torch and
+    # vLLM); the tests of what becomes of those processes ask for them (engine_processes)
+    os.environ.setdefault(MULTIPROCESSING, "0")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if worker is None or workers < 2:
@@ -77,12 +79,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)
 
 
+# Loaded by vLLM's ngram proposer (numba). Once it is in a process, every later vLLM engine
+# started in that process fails: vLLM's kernel registration scans each module's objects with
+# vars(), and llvmlite's library wrapper answers `__dict__` with a wrapped C function
+# ("'_lib_fn_wrapper' object has no attribute 'get'").
+LLVMLITE = "llvmlite.binding.ffi"
+
+
 @pytest.fixture(autouse=True)
-def _engine_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+def _engine_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     """Tests marked ``engine_processes`` start vLLM's engines as vLLM does by default: an
-    engine core and a worker process beside the process that asks for one."""
+    engine core and a worker process beside the process that asks for one. Any other test
+    that leaves llvmlite loaded in the test process (an ngram engine, in-process) fails here,
+    by name, instead of every later engine of its worker."""
     if request.node.get_closest_marker("engine_processes"):
         monkeypatch.setenv(MULTIPROCESSING, "1")
+    loaded = LLVMLITE in sys.modules
+    yield
+    if not loaded and LLVMLITE in sys.modules and os.environ.get(MULTIPROCESSING) == "0":
+        pytest.fail(
+            f"{request.node.nodeid} loaded {LLVMLITE} into the test process, which breaks "
+            "every later in-process vLLM engine there: mark it engine_processes"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -179,11 +179,11 @@ def prepare(cfg: Any) -> PreparedJob:
         DatasetError: problems that cannot be loaded.
     """
     validate(cfg)
-    check_spec_len(cfg.spec.k, cfg.engine.max_model_len)
     info = job_info(cfg)
     check_model_dir(f"models.targets.{cfg.variant.target}", info.target)
     if cfg.spec.k > 0 and cfg.variant.draft is not None:
         check_model_dir(f"models.drafts.{cfg.variant.draft}", info.draft)
+    check_spec_len(cfg.spec.k, cfg.engine.max_model_len)  # imports vLLM (seconds): after the files
     spec, baseline = engine_specs(cfg)
     info = replace(info, pairing="sequential" if baseline is None else "interleaved")
     if spec.method is not None:
