@@ -60,13 +60,20 @@ def _cached_revision(hub_id: str) -> str | None:
     return Path(cached).parent.name if isinstance(cached, str) else None
 
 
+def in_checkout(path: str | Path) -> str:
+    """``path`` relative to the checkout when it lies inside it, else absolute (where a
+    checkout sits is not part of what ran)."""
+    path = Path(path).expanduser().resolve()
+    return str(path.relative_to(CHECKOUT)) if path.is_relative_to(CHECKOUT) else str(path)
+
+
 def model_identity(name: str) -> dict[str, Any]:
     """What ``name`` (a model directory or hub id) is on this machine, with its ``digest``."""
     if looks_local(name):
         model_dir = Path(name).expanduser().resolve()
         manifest = read_manifest(model_dir)
         identity: dict[str, Any] = {
-            "model": str(model_dir),
+            "model": in_checkout(model_dir),
             "manifest_key": manifest.key if manifest else None,
             "files": key_digest(_files_fingerprint(model_dir)),
         }
@@ -160,9 +167,8 @@ def git_state(checkout: Path = CHECKOUT) -> dict[str, Any]:
 
 
 def command() -> list[str]:
-    """The command line of this process (``sys.argv``), its program relative to the
-    checkout when it lies inside it (where a checkout sits is not part of what ran)."""
+    """The command line of this process (``sys.argv``), its program :func:`in_checkout`."""
     argv = list(sys.argv)
-    if argv and argv[0] and Path(argv[0]).resolve().is_relative_to(CHECKOUT):
-        argv[0] = str(Path(argv[0]).resolve().relative_to(CHECKOUT))
+    if argv and argv[0]:
+        argv[0] = in_checkout(argv[0])
     return argv

@@ -123,3 +123,13 @@ def test_the_recorded_command_names_its_program_relative_to_the_checkout(monkeyp
     assert provenance.command() == ["harness/__main__.py", "variant=cot", "limit=3"]
     monkeypatch.setattr(sys, "argv", ["/usr/bin/elsewhere", "x=1"])
     assert provenance.command() == ["/usr/bin/elsewhere", "x=1"]
+
+
+def test_a_model_inside_the_checkout_is_recorded_relative_to_it(own_pair, monkeypatch):
+    target, _ = own_pair
+    outside = provenance.model_identity(str(target))
+    assert outside["model"] == str(target.resolve())
+    monkeypatch.setattr(provenance, "CHECKOUT", target.parent)  # as if it were cloned there
+    inside = provenance.model_identity(str(target))
+    assert inside["model"] == target.name and inside["files"] == outside["files"]
+    assert inside["digest"] != outside["digest"]

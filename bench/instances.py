@@ -1,0 +1,102 @@
+"""Is the A/A gap the engine instance? One fixed request timed in fresh instances (prints figures).
+
+    python bench/instances.py                          # a random model of the tiny target's shape
+    python bench/instances.py --instances 6 --passes 8
+    PYTHONHASHSEED=0 python bench/instances.py         # a setting under test: env or overrides
+    python bench/instances.py experiment=smollm2 variant=base dataset=gsm8k \\
+        datasets_dir=path/to/datasets max_tokens=128
+
+Starts ``--instances`` fresh engines of the job's plain target one after another (one alive
+at a time), warms each up, then runs the job's first problem, greedy, ``--passes`` times in
+each, nothing else in flight: the same tokens through the same code in every instance. Prints
+each instance's time per output token, the spread of the instance means, and a one-way ANOVA
+of instance (``scipy.stats.f_oneway``): do instances differ by more than their passes vary?
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("overrides", nargs="*", help="job overrides (default: a random target)")
+    parser.add_argument("--instances", type=int, default=6, help="fresh engines, one at a time")
+    parser.add_argument("--passes", type=int, default=8, help="timed runs of the request in each")
+    return parser
+
+
+def tpot_of_passes(job, backend, passes: int) -> list[float]:
+    """Seconds per output token after the first, of ``passes`` runs of the job's first prompt."""
+    from harness.backends.arrivals import Load
+
+    request = job.requests[0]
+    params = job.sampling_params(job.max_tokens)
+    out: list[float] = []
+
+    def on_output(_: int, completion) -> None:
+        tokens = len(completion.token_ids)
+        out.append((completion.e2e_s - completion.ttft_s) / max(tokens - 1, 1))
+
+    for _ in range(passes):
+        backend.generate([request.prompt_token_ids], params, Load(1), on_output)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args = make_parser().parse_args(argv)
+    if args.instances < 2 or args.passes < 2:
+        print("error: --instances and --passes must be at least 2", file=sys.stderr)
+        return 2
+    from scipy import stats
+
+    from harness import console
+    from harness.backends import engine as engines
+    from harness.config import compose_config
+    from harness.sweep.runner import Offline, prepare, warm_up
+
+    console.quiet_libraries()
+    overrides = list(args.overrides)
+    if not overrides:
+        from transformers import AutoTokenizer
+
+        from train.tiny import TinyModelConfig, build_random_model, build_random_pair
+
+        folder = Path(tempfile.mkdtemp())
+        pair, _ = build_random_pair(folder / "pair")
+        shape = TinyModelConfig(128, 4, 512)  # the tiny target's shape
+        target = build_random_model(shape, AutoTokenizer.from_pretrained(pair), folder / "t", 0)
+        overrides = [f"models.targets.cot={target}", "variant=cot", "max_tokens=128"]
+    cfg = compose_config([*overrides, "spec.k=0", "pairing=sequential", "limit=1"])
+    job = prepare(cfg)
+    print(f"{job.spec.target}: {args.instances} instances x {args.passes} passes, "
+          f"max_tokens {job.max_tokens}")  # fmt: skip
+    print(f"{'instance':<9} {'TPOT ms, mean':>14} {'passes CV':>10}")
+    groups = []
+    try:
+        for i in range(args.instances):
+            engines.clear()  # a fresh instance
+            backend = Offline(engines.get(job.spec)[0].llm)
+            warm_up(job, backend)
+            tpot = [t * 1e3 for t in tpot_of_passes(job, backend, args.passes)]
+            groups.append(tpot)
+            mean = statistics.fmean(tpot)
+            print(f"{i:<9} {mean:14.3f} {statistics.stdev(tpot) / mean:10.1%}", flush=True)
+    finally:
+        engines.clear()
+    means = [statistics.fmean(g) for g in groups]
+    within = statistics.fmean(statistics.stdev(g) / statistics.fmean(g) for g in groups)
+    anova = stats.f_oneway(*groups)
+    print(f"instance means: {min(means):.3f}-{max(means):.3f} ms, "
+          f"(max - min) / median {(max(means) - min(means)) / statistics.median(means):.1%}, "
+          f"CV {statistics.stdev(means) / statistics.fmean(means):.1%}; within an instance "
+          f"CV {within:.1%}; ANOVA F = {anova.statistic:.2f}, p = {anova.pvalue:.2g}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
