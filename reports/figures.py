@@ -9,13 +9,17 @@ are 95% bootstrap CIs over problems. Figures on the analytical model's axes live
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 
 from reports import aggregate, plotting, theory
 from reports.plotting import Shown
@@ -25,6 +29,60 @@ if TYPE_CHECKING:
     from reports.tables import ReportTables
 
 
+def fig_forest(t: ReportTables) -> Figure | None:
+    """Every speculative row's TPOT speedup with its 95% CI, one row each, grouped by
+    sweep, over the sweep's A/A band (its interleaved K = 0 rows' CIs, low to high)."""
+    table = t.table
+    rows = table[(table["k"] > 0) & (table["draft"] != "none")].dropna(subset=["speedup_tpot"])
+    if rows.empty:
+        return None
+    order = ["sweep_id", "dataset", "series", "k", "k_schedule", "concurrency", "request_rate"]
+    rows = rows.sort_values(order).assign(y=np.arange(len(rows)))
+    aa = table[(table["k"] == 0) & (table["pairing"] == "interleaved")]
+    aa = aa.dropna(subset=["speedup_tpot"]).merge(
+        rows[list(aggregate.BASELINE)].drop_duplicates(), on=list(aggregate.BASELINE)
+    )
+    varying = {c for c in ("concurrency", "request_rate", "pairing") if rows[c].nunique() > 1}
+    labels = [_forest_label(r, varying) for _, r in rows.iterrows()]
+    size = (5.0 + 0.06 * max(map(len, labels)), max(3.0, 1.4 + 0.27 * len(rows)))
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
+    ax.grid(alpha=0.3, axis="x")
+    for sweep, g in rows.groupby("sweep_id", sort=False):
+        top, bottom = g["y"].min() - 0.5, g["y"].max() + 0.5
+        if top > 0:
+            ax.axhline(top, color="0.4", lw=0.8)
+        band = aa[aa["sweep_id"] == sweep]
+        if not band.empty:
+            lo, hi = band["speedup_tpot_lo"].min(), band["speedup_tpot_hi"].max()
+            ax.add_patch(Rectangle((lo, top), hi - lo, bottom - top, color="0.6", alpha=0.35,
+                                   lw=0, label="A/A check (K = 0 pairs), 95% CI"))  # fmt: skip
+    for series, g in rows.groupby("series", sort=False):
+        ax.errorbar(g["speedup_tpot"], g["y"], xerr=plotting.yerr(g, "speedup_tpot"),
+                    fmt=plotting.marker(series), capsize=3, color=plotting.color(series))  # fmt: skip
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks(rows["y"], labels, fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("TPOT speedup (x, vs K = 0)")
+    shaded = "; shaded: the sweep's A/A check" if not aa.empty else ""
+    return plotting.finish(
+        fig, f"TPOT speedup of every speculative configuration (95% CIs){shaded}"
+    )
+
+
+def _forest_label(r: pd.Series, varying: set[str]) -> str:
+    """Series, dataset and K, and what else tells the row apart."""
+    parts = [r["series"], r["dataset"], f"K={r['k']}"]
+    if r["k_schedule"] != "none":
+        parts.append(f"K by batch {r['k_schedule']}")
+    if "concurrency" in varying:
+        parts.append(f"concurrency {r['concurrency']}")
+    if "request_rate" in varying:
+        parts.append("closed loop" if r["request_rate"] == 0 else f"{r['request_rate']:g} req/s")
+    if "pairing" in varying:
+        parts.append(r["pairing"])
+    return ", ".join(parts)
+
+
 def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | None:
     heads = t.headline.dropna(subset=[stat])
     if heads.empty:
@@ -32,7 +90,8 @@ def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | None:
     datasets = plotting.datasets(heads)
     series = list(dict.fromkeys(heads["series"]))
     width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(datasets) * len(series) ** 0.5 + 3), 4.2))
+    size = (max(6.0, 1.2 * len(datasets) * len(series) ** 0.5 + 1), 4.2)
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
     ax.grid(alpha=0.3, axis="y")
     position = {dataset: j for j, (dataset, _) in enumerate(datasets)}
     for i, s in enumerate(series):
@@ -45,26 +104,23 @@ def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | None:
                 ax.annotate(f"K={k}", (xi, 0), ha="center", va="bottom", fontsize=7, color="w")
     ax.set_xticks(range(len(datasets)), [plotting.title(*d) for d in datasets])
     ax.set_ylabel(ylabel)
-    ax.legend(title="variant", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig
+    return plotting.finish(fig, title)
 
 
 def fig_accuracy(t: ReportTables) -> Figure | None:
-    """1. Accuracy by variant per dataset."""
+    """Accuracy by variant per dataset."""
     return _bars(t, "accuracy", "accuracy (fraction correct)", "Accuracy by variant (95% CI)")
 
 
 def fig_output_tokens(t: ReportTables) -> Figure | None:
-    """2. Output tokens per answer by variant and dataset."""
+    """Output tokens per answer by variant and dataset."""
     return _bars(
         t, "output_tokens", "output tokens per answer", "Answer length by variant (95% CI)"
     )
 
 
 def fig_accuracy_vs_tokens(t: ReportTables) -> Figure | None:
-    """3. Accuracy against output tokens, one point per variant: the cost/quality frontier."""
+    """Accuracy against output tokens, one point per variant: the cost/quality frontier."""
     heads = t.headline[t.headline["draft"] == "none"].dropna(subset=["accuracy", "output_tokens"])
     if heads.empty:
         return None
@@ -78,105 +134,110 @@ def fig_accuracy_vs_tokens(t: ReportTables) -> Figure | None:
                 r["accuracy"],
                 xerr=plotting.yerr(one, "output_tokens"),
                 yerr=plotting.yerr(one, "accuracy"),
-                fmt="o",
+                fmt=plotting.marker(r["series"]),
                 ms=7,
                 capsize=3,
                 color=plotting.color(r["series"]),
                 label=r["series"],
             )
-            ax.annotate(
-                r["series"],
-                (r["output_tokens"], r["accuracy"]),
-                fontsize=8,
-                xytext=(5, 5),
-                textcoords="offset points",
-            )
         ax.set_title(plotting.title(dataset, difficulty))
         ax.set_xlabel("mean output tokens per answer")
         ax.set_xlim(left=0)
-    axes[0, 0].set_ylabel("accuracy (fraction correct)")
+    plotting.ylabel(axes[0], "accuracy (fraction correct)")
     axes[0, 0].set_ylim(0, 1.05)
     return plotting.finish(fig, "Accuracy vs answer length (K = 0; 95% CIs): up and left is better")
 
 
 def fig_acceptance_vs_k(t: ReportTables) -> Figure | None:
-    """4. Acceptance rate and mean acceptance length vs K, with the fitted theory curves."""
+    """Acceptance rate and mean acceptance length vs K, with the fitted theory curves."""
     rows = plotting.spec_rows(t.table)
     if rows.empty:
         return None
     datasets = plotting.datasets(rows)
     fits = plotting.theory_by_config(t)
-    fig, axes = plotting.panels(len(datasets), rows=2, sharey="row")
+    fig, axes = plotting.panels(len(datasets), stats=2, sharey="row")
     stats = ((0, "acceptance_rate", theory.modelled_acceptance),
              (1, "mean_acceptance_length", theory.expected_tokens))  # fmt: skip
+    fitted = False
     for col, (dataset, difficulty) in enumerate(datasets):
+        ks: set[int] = set()
         for series, g in rows[rows["dataset"] == dataset].groupby("series", sort=True):
             g = g.sort_values("k")
             fit = fits.get(tuple(g.iloc[0][["sweep_id", "variant", "dataset", "concurrency"]]))
-            ks = np.arange(1, g["k"].max() + 1)
+            grid = np.arange(1, g["k"].max() + 1)
+            ks |= set(g["k"]) | (set(grid) if fit is not None else set())
             style = {"color": plotting.color(series)}
             for row, stat, curve in stats:
                 ax = axes[row, col]
                 ax.errorbar(g["k"], g[stat], yerr=plotting.yerr(g, stat), fmt=plotting.marker(series) + "-",
-                            capsize=3, label=f"{series} measured", **style)  # fmt: skip
+                            capsize=3, label=series, **style)  # fmt: skip
                 if fit is not None:
-                    ax.plot(ks, curve(fit["alpha"], ks), "--", alpha=0.7,
-                            label=f"{series} theory (fitted a)", **style)  # fmt: skip
+                    ax.plot(grid, curve(fit["alpha"], grid), "--", alpha=0.7, **style)
+                    fitted = True
         axes[0, col].set_title(plotting.title(dataset, difficulty))
-        axes[1, col].set_xlabel("K (draft tokens per verify step)")
-    axes[0, 0].set_ylabel("acceptance rate\n(accepted / proposed)")
-    axes[1, 0].set_ylabel("mean acceptance length\n(tokens per verify step)")
-    for ax in axes.flat:
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    return plotting.finish(fig, "Draft acceptance vs K (95% CIs); dashed: theory with the fitted a "
-                   "(values in the fits table)", legend_below=True)  # fmt: skip
+        plotting.k_axis(axes[0, col], ks, label=None)
+        plotting.k_axis(axes[1, col], ks)
+    plotting.ylabel(axes[0], "acceptance rate\n(accepted / proposed)")
+    plotting.ylabel(axes[1], "mean acceptance length\n(tokens per verify step)")
+    if not fitted:
+        return plotting.finish(fig, "Draft acceptance vs K (95% CIs)")
+    return plotting.finish(
+        fig,
+        "Draft acceptance vs K (95% CIs); dashed: theory with the fitted a (values in the fits "
+        "table)",
+        {"theory, fitted a": plotting.key(ls="--")},
+    )
 
 
 def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
-    """5. TPOT and e2e speedup vs K, measured with CIs, predicted, best K marked."""
+    """TPOT and e2e speedup vs K, measured with CIs, predicted, best K marked."""
     rows = plotting.spec_rows(t.table).dropna(subset=["speedup_tpot"])
     if rows.empty:
         return None
     datasets = plotting.datasets(rows)
     fits = plotting.theory_by_config(t)
-    fig, axes = plotting.panels(len(datasets), rows=2, sharey="row")
+    fig, axes = plotting.panels(len(datasets), stats=2, sharey="row")
+    keys: dict[str, Line2D] = {}
     for col, (dataset, difficulty) in enumerate(datasets):
+        ks: list[set[int]] = [{0}, {0}]
         for series, g in rows[rows["dataset"] == dataset].groupby("series", sort=True):
             g = g.sort_values("k")
             style = {"color": plotting.color(series)}
             fit = fits.get(tuple(g.iloc[0][["sweep_id", "variant", "dataset", "concurrency"]]))
             for row, stat in ((0, "speedup_tpot"), (1, "speedup_e2e")):
                 ax = axes[row, col]
+                ks[row] |= set(g["k"])
                 err = np.hstack([[[0], [0]], plotting.yerr(g, stat)]).tolist()
                 ax.errorbar(np.concatenate([[0], g["k"]]), np.concatenate([[1.0], g[stat]]),
                             yerr=err, fmt=plotting.marker(series) + "-", capsize=3,
-                            label=f"{series} measured", **style)  # fmt: skip
+                            label=series, **style)  # fmt: skip
                 best = g.loc[g[stat].idxmax()]
                 if best[stat] > 1:
-                    ax.plot(best["k"], best[stat], "*", ms=16, mec="k",
-                            label="measured best K", **style)  # fmt: skip
+                    ax.plot(best["k"], best[stat], "*", ms=16, mec="k", **style)
+                    keys["measured best K"] = plotting.key(marker="*", ls="", ms=12, mfc="w")
                 if fit is not None and row == 0 and np.isfinite(fit["c"]):
                     grid = np.arange(0, g["k"].max() + 3)
                     curve = theory.predicted_speedup(fit["alpha"], grid, max(fit["c"], 0.0))
-                    ax.plot(grid, curve, "--", alpha=0.7, label=f"{series} predicted", **style)
+                    ax.plot(grid, curve, "--", alpha=0.7, **style)
+                    ks[row] |= set(grid)
+                    keys["predicted E/(Kc+1)"] = plotting.key(ls="--")
         for row in (0, 1):
             axes[row, col].axhline(1.0, color="k", lw=0.8)
+            plotting.k_axis(axes[row, col], ks[row], label=None if row == 0 else plotting.K_LABEL)
         axes[0, col].set_title(plotting.title(dataset, difficulty))
-        axes[1, col].set_xlabel("K (draft tokens per verify step)")
-    axes[0, 0].set_ylabel("TPOT speedup (x, vs K = 0)")
-    axes[1, 0].set_ylabel("end-to-end speedup (x, vs K = 0)")
-    for ax in axes.flat:
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    return plotting.finish(
-        fig,
-        "Speedup vs K (95% CIs); dashed: E/(Kc+1) with the pooled a and the calibrated c "
-        "(values and best K in the fits table)",
-        legend_below=True,
+    plotting.ylabel(axes[0], "TPOT speedup\n(x, vs K = 0)")
+    plotting.ylabel(axes[1], "end-to-end speedup\n(x, vs K = 0)")
+    dashed = (
+        "; dashed: E/(Kc+1) with the pooled a and the calibrated c (values and best K in the "
+        "fits table)"
+        if "predicted E/(Kc+1)" in keys
+        else ""
     )
+    return plotting.finish(fig, f"Speedup vs K (95% CIs){dashed}", keys)
 
 
 def fig_positions(t: ReportTables) -> Figure | None:
-    """6. Conditional acceptance per draft position (largest K of each variant)."""
+    """Conditional acceptance per draft position (largest K of each variant)."""
     pos = plotting.lowest_concurrency(t.positions)
     if pos.empty:
         return None
@@ -184,15 +245,17 @@ def fig_positions(t: ReportTables) -> Figure | None:
     datasets = plotting.datasets(pos)
     fits = plotting.theory_by_config(t)
     fig, axes = plotting.panels(len(datasets))
+    fitted = False
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
-        for series, g in pos[pos["dataset"] == dataset].groupby("series", sort=True):
+        sub = pos[pos["dataset"] == dataset]
+        for series, g in sub.groupby("series", sort=True):
             ax.errorbar(
                 g["position"],
                 g["acceptance"],
                 yerr=plotting.yerr(
                     g.rename(columns={"lo": "acceptance_lo", "hi": "acceptance_hi"}), "acceptance"
                 ),
-                fmt="o-",
+                fmt=plotting.marker(series) + "-",
                 capsize=3,
                 color=plotting.color(series),
                 label=f"{series} (K={g['k'].iloc[0]})",
@@ -200,16 +263,18 @@ def fig_positions(t: ReportTables) -> Figure | None:
             fit = fits.get(tuple(g.iloc[0][["sweep_id", "variant", "dataset", "concurrency"]]))
             if fit is not None:
                 ax.axhline(fit["alpha"], color=plotting.color(series), ls="--", alpha=0.6)
+                fitted = True
         ax.set_title(plotting.title(dataset, difficulty))
-        ax.set_xlabel("draft position i")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(fontsize=8)
-    axes[0, 0].set_ylabel("P(accept i | 1..i-1 accepted)")
-    return plotting.finish(fig, "Per-position conditional acceptance (95% CIs); dashed: fitted a")
+        plotting.k_axis(ax, sub["position"], label="draft position i")
+    plotting.ylabel(axes[0], "P(accept i | 1..i-1 accepted)")
+    title = "Per-position conditional acceptance (95% CIs)"
+    if not fitted:
+        return plotting.finish(fig, title)
+    return plotting.finish(fig, f"{title}; dashed: fitted a", {"fitted a": plotting.key(ls="--")})
 
 
 def fig_speedup_vs_concurrency(t: ReportTables) -> Figure | None:
-    """7. TPOT speedup vs concurrency, where a sweep ran several concurrencies."""
+    """TPOT speedup vs concurrency, where a sweep ran several concurrencies."""
     rows = t.table[(t.table["k"] > 0) & (t.table["draft"] != "none")].dropna(
         subset=["speedup_tpot"]
     )
@@ -228,7 +293,7 @@ def fig_speedup_vs_concurrency(t: ReportTables) -> Figure | None:
                 g["concurrency"],
                 g["speedup_tpot"],
                 yerr=plotting.yerr(g, "speedup_tpot"),
-                fmt="o-",
+                fmt=plotting.marker(series) + "-",
                 capsize=3,
                 color=plotting.color(series),
                 alpha=shade,
@@ -240,13 +305,12 @@ def fig_speedup_vs_concurrency(t: ReportTables) -> Figure | None:
         ax.set_xticks(levels, [str(c) for c in levels])
         ax.set_title(plotting.title(dataset, difficulty))
         ax.set_xlabel("concurrency (requests in flight)")
-        ax.legend(fontsize=7, ncol=2)
-    axes[0, 0].set_ylabel("TPOT speedup (x, vs K = 0)")
+    plotting.ylabel(axes[0], "TPOT speedup (x, vs K = 0)")
     return plotting.finish(fig, "Speedup vs concurrency (95% CIs): where batching erases the win")
 
 
 def fig_latency_cdf(t: ReportTables) -> Figure | None:
-    """8. End-to-end latency CDFs: each draft variant at its best K vs its K = 0 baseline."""
+    """End-to-end latency CDFs: each draft variant at its best K vs its K = 0 baseline."""
     heads = t.headline[(t.headline["draft"] != "none") & (t.headline["k"] > 0)]
     if heads.empty:
         return None
@@ -272,13 +336,12 @@ def fig_latency_cdf(t: ReportTables) -> Figure | None:
                     )
         ax.set_title(plotting.title(dataset, difficulty))
         ax.set_xlabel("end-to-end latency (s)")
-        ax.legend(fontsize=8)
-    axes[0, 0].set_ylabel("fraction of requests")
+    plotting.ylabel(axes[0], "fraction of requests")
     return plotting.finish(fig, "Latency CDF: baseline (solid) vs best K (dashed)")
 
 
 def fig_rejections(t: ReportTables) -> Figure | None:
-    """9. Which kinds of tokens the draft is rejected on."""
+    """Which kinds of tokens the draft is rejected on."""
     rej = t.rejections
     if rej.empty:
         return None
@@ -290,6 +353,7 @@ def fig_rejections(t: ReportTables) -> Figure | None:
         sub = rej[rej["dataset"] == dataset]
         series = list(dict.fromkeys(sub["series"]))
         width = 0.8 / max(len(series), 1)
+        counts = []
         for i, s in enumerate(series):
             g = sub[sub["series"] == s].set_index("kind").reindex(list(KINDS))
             ax.bar(
@@ -297,18 +361,27 @@ def fig_rejections(t: ReportTables) -> Figure | None:
                 g["share"],
                 width,
                 color=plotting.color(s),
-                label=f"{s} ({int(g['count'].sum())} rejections)",
+                label=s,
             )
+            counts.append(f"{s} {int(g['count'].sum())}")
         ax.set_xticks(range(len(KINDS)), KINDS, rotation=30)
-        ax.set_title(plotting.title(dataset, difficulty))
-        ax.legend(fontsize=8)
-    axes[0, 0].set_ylabel("share of rejected draft positions")
+        counted = textwrap.fill(f"rejections: {', '.join(counts)}", 50)
+        ax.set_title(f"{plotting.title(dataset, difficulty)}\n{counted}", fontsize=10)
+    plotting.ylabel(axes[0], "share of rejected draft positions")
     return plotting.finish(
         fig, "What the draft gets rejected on (token the target emitted instead)"
     )
 
 
 REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], str], ...] = (
+    (
+        "speedup_forest",
+        "Every speculative configuration's TPOT speedup over K = 0 with its 95% CI; shaded, "
+        "where a sweep paired interleaved: the range of its A/A checks' CIs, the pairing's "
+        "noise floor.",
+        fig_forest,
+        "no speculative runs with a K = 0 baseline of the same target",
+    ),
     (
         "accuracy_by_variant",
         "Accuracy of each variant per dataset; draft variants at their best "
@@ -337,8 +410,8 @@ REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], s
     ),
     (
         "speedup_vs_k",
-        "TPOT and end-to-end speedup against K, measured (CIs) and predicted "
-        "E/(Kc+1); stars mark the measured best K.",
+        "TPOT and end-to-end speedup against K, measured (CIs) and, where a calibration "
+        "measured c, predicted E/(Kc+1); stars mark the measured best K.",
         fig_speedup_vs_k,
         "no speculative runs with a K = 0 baseline of the same target",
     ),

@@ -1,13 +1,15 @@
 """Shared plotting helpers for the report's and the simulator's figures (Agg backend).
 
-Style (a colour per variant, a marker per sweep, panel sizes), one panel per dataset,
-CI error bars, titles and legends, and saving a figure or recording why it was skipped.
+Style (a colour per variant, a marker per sweep, panel sizes, constrained layout), panels
+wrapped into at most three columns, integer K axes, CI error bars, a title and one legend
+beside the panels, and saving a figure or recording why it was skipped.
 """
 
 from __future__ import annotations
 
 import textwrap
 import zlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +21,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, MaxNLocator
 
 from reports import aggregate
 
@@ -28,6 +34,8 @@ if TYPE_CHECKING:
 
 DPI = 110
 PANEL = (4.6, 3.6)  # inches per subplot
+COLS = 3  # panels per row at most
+K_LABEL = "K (draft tokens per verify step)"
 COLORS = {"base": "#7f7f7f", "cot": "#4c8bd6", "cod": "#f28e2b", "cot_sd": "#0b3d91",
           "cod_sd": "#b3470f"}  # fmt: skip
 PALETTE = plt.get_cmap("tab10").colors
@@ -49,14 +57,41 @@ def color(series: str) -> str:
     return COLORS.get(variant, PALETTE[zlib.crc32(variant.encode()) % len(PALETTE)])
 
 
-def panels(n: int, rows: int = 1, sharey: bool = True) -> tuple[Figure, np.ndarray]:
-    """A grid of ``rows`` x ``n`` gridded panels."""
-    width = max(PANEL[0] * n, 6.0)  # room for the title above a single panel
-    fig, axes = plt.subplots(rows, n, figsize=(width, PANEL[1] * rows), squeeze=False,
-                             sharey=sharey)  # fmt: skip
-    for ax in axes.flat:
+def panels(
+    n: int, stats: int = 1, sharey: bool | str = True, cols: int = COLS
+) -> tuple[Figure, np.ndarray]:
+    """``n`` panels of ``stats`` stacked axes each, wrapped into rows of at most ``cols``
+    panels: ``axes[s, i]`` is stat ``s`` of panel ``i``."""
+    ncols = min(n, cols)
+    wraps = -(-n // ncols)
+    size = (max(PANEL[0] * ncols, 6.0), PANEL[1] * stats * wraps)
+    fig, grid = plt.subplots(
+        wraps * stats, ncols, figsize=size, squeeze=False, sharey=sharey, layout="constrained"
+    )
+    for ax in grid.flat:
         ax.grid(alpha=0.3)
-    return fig, axes
+    for i in range(n, wraps * ncols):
+        for s in range(stats):
+            grid[(wraps - 1) * stats + s, i % ncols].set_visible(False)
+    axes = [[grid[i // ncols * stats + s, i % ncols] for i in range(n)] for s in range(stats)]
+    return fig, np.array(axes)
+
+
+def ylabel(axes: np.ndarray, text: str) -> None:
+    """``text`` on the first panel of each row of ``axes``."""
+    for ax in axes:
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel(text)
+
+
+def k_axis(ax: Axes, ks: Iterable[int], label: str | None = K_LABEL) -> None:
+    """Integer ticks at the Ks drawn (a few of them when many), limits half a step beyond."""
+    ks = sorted({int(k) for k in ks})
+    half = min(np.diff(ks), default=1) / 2
+    ax.set_xlim(ks[0] - half, ks[-1] + half)
+    ax.xaxis.set_major_locator(FixedLocator(ks) if len(ks) <= 12 else MaxNLocator(integer=True))
+    if label:
+        ax.set_xlabel(label)
 
 
 def datasets(df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -79,21 +114,28 @@ def yerr(df: pd.DataFrame, stat: str) -> list[list[float]]:
     return np.abs(np.vstack([value - lo, hi - value])).tolist()
 
 
-def finish(fig: Figure, title: str, legend_below: bool = False) -> Figure:
-    """Title on top; with ``legend_below``, one legend for all panels under them."""
-    width = int(fig.get_figwidth() * 9)  # characters of a 13-point title per inch, roughly
-    fig.suptitle("\n".join(textwrap.wrap(title, max(width, 40))), fontsize=13)
-    bottom = 0.0
-    if legend_below:
-        entries = {}
-        for ax in fig.axes:
-            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-                entries.setdefault(label, handle)
-        ncol = max(1, min(4, int(fig.get_figwidth() // 3.5)))
-        bottom = (0.3 + 0.22 * -(-len(entries) // ncol)) / fig.get_figheight()
-        fig.legend(entries.values(), entries.keys(), loc="lower center", ncol=ncol,
-                   fontsize=8, frameon=False)  # fmt: skip
-    fig.tight_layout(rect=(0, bottom, 1, 1))
+def key(**style: object) -> Line2D:
+    """A black legend entry for a line or marker style (what dashed, a star, ... mean)."""
+    return Line2D([], [], color="k", **style)
+
+
+def finish(fig: Figure, title: str, keys: Mapping[str, Artist] | None = None) -> Figure:
+    """The title over the panels and one legend beside them (each label once, then
+    ``keys``), the figure widened by the legend's width."""
+    entries: dict[str, Artist] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    entries.update(keys or {})
+    width = fig.get_figwidth()
+    if entries:
+        ncol = -(-len(entries) // int(fig.get_figheight() * 5))  # ~5 entries per inch
+        legend = fig.legend(entries.values(), entries.keys(), loc="outside right upper",
+                            fontsize=8, frameon=False, ncol=ncol)  # fmt: skip
+        extent = legend.get_window_extent(fig.canvas.get_renderer())
+        fig.set_figwidth(width + extent.width / fig.dpi + 0.2)
+    lines = textwrap.wrap(title, int(width * 12))  # characters of a 12-point title per inch
+    fig.suptitle("\n".join(lines), x=width / fig.get_figwidth() / 2, fontsize=12)
     return fig
 
 

@@ -5,7 +5,6 @@ Monte Carlo points; the report draws them with each draft variant's measurements
 
 from __future__ import annotations
 
-from itertools import product
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import BoundaryNorm
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from reports import plotting, simulate, theory
 from reports.plotting import Shown
@@ -32,9 +32,8 @@ def draw_expected_tokens(ax: plt.Axes, alphas: tuple[float, ...], k_max: int) ->
         alphas, plt.get_cmap("Greys")(np.linspace(0.4, 0.9, len(alphas))), strict=True
     ):
         ax.plot(ks, theory.expected_tokens(a, ks), "-", color=color, lw=1.5, label=f"E, a={a}")
-    ax.set_xlabel("K (draft tokens per verify step)")
+    plotting.k_axis(ax, ks)
     ax.set_ylabel("tokens per verify step")
-    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
 
 
@@ -68,17 +67,15 @@ def draw_speedup_vs_cost(
             ax.plot(c_star, 1.0, "X", color=colors[k], ms=9, mec="k")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xlabel("c (draft cost / target cost per forward)")
-    ax.set_ylabel("speedup (x)")
-    ax.grid(alpha=0.3)
     return colors
 
 
 def fig_theory_tokens(t: ReportTables) -> Figure | None:
-    """10. Measured tokens per verify step on the analytical E(a, K) curves."""
+    """Measured tokens per verify step on the analytical E(a, K) curves."""
     rows = plotting.spec_rows(t.table).dropna(subset=["mean_acceptance_length"])
     if rows.empty:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(7.5, 5), layout="constrained")
     draw_expected_tokens(ax, simulate.ALPHAS, int(rows["k"].max()) + 1)
     markers = "osD^vP"
     for i, ((series, dataset), g) in enumerate(rows.groupby(["series", "dataset"], sort=True)):
@@ -91,51 +88,55 @@ def fig_theory_tokens(t: ReportTables) -> Figure | None:
             color=plotting.color(series),
             label=f"{series} on {dataset}",
         )
-    ax.legend(fontsize=8, ncol=2)
-    ax.set_title("Measured mean acceptance length on the theory curves E(a, K)")
-    fig.tight_layout()
-    return fig
+    return plotting.finish(fig, "Measured mean acceptance length on the theory curves E(a, K)")
+
+
+# (column, line style, legend entry, what the title calls it)
+COST_MODELS = (
+    ("speedup_tpot_predicted", {"marker": "s", "ls": "--"}, "E T_target / T_step (calibrated)",
+     "the cost model"),
+    ("speedup_tpot_predicted_simple", {"marker": "^", "ls": ":"}, "E / (Kc+1), c measured",
+     "the simple model E/(Kc+1)"),
+    ("speedup_tpot_preflight", {"marker": "x", "ls": "-."}, "pre-flight acceptance, calibrated",
+     "the pre-flight estimate"),
+)  # fmt: skip
 
 
 def fig_theory_cost(t: ReportTables) -> Figure | None:
-    """11. Measured TPOT speedup vs K beside the cost model, the simple model and the
-    pre-flight estimate."""
+    """Measured TPOT speedup vs K beside the cost model, the simple model and the
+    pre-flight estimate: one panel per dataset, a colour per series."""
     rows = plotting.spec_rows(t.table).dropna(subset=["speedup_tpot_predicted"])
     if rows.empty:
         return None
-    series, datasets = sorted(set(rows["series"])), plotting.datasets(rows)
-    fig, axes = plotting.panels(len(datasets), rows=len(series))
-    models = (("speedup_tpot_predicted", "s--", "E T_target / T_step (calibrated)"),
-              ("speedup_tpot_predicted_simple", "^:", "E / (Kc+1), c measured"),
-              ("speedup_tpot_preflight", "x-.", "pre-flight acceptance, calibrated"))  # fmt: skip
-    for (i, s), (j, (dataset, difficulty)) in product(enumerate(series), enumerate(datasets)):
-        ax = axes[i, j]
-        g = rows[(rows["series"] == s) & (rows["dataset"] == dataset)].sort_values("k")
-        if g.empty:
-            ax.set_visible(False)
-            continue
-        ax.errorbar(g["k"], g["speedup_tpot"], yerr=plotting.yerr(g, "speedup_tpot"), fmt="o",
-                    color="k", capsize=3, label="measured (95% CI)")  # fmt: skip
-        for (column, fmt, label), color in zip(models, ("C0", "C1", "C2"), strict=True):
-            if g[column].notna().any():
-                ax.plot(g["k"], g[column], fmt, color=color, label=label)
+    datasets = plotting.datasets(rows)
+    fig, axes = plotting.panels(len(datasets))
+    keys: dict[str, Line2D] = {}
+    names: list[str] = []
+    for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
+        sub = rows[rows["dataset"] == dataset]
+        for series, g in sub.groupby("series", sort=True):
+            g, color = g.sort_values("k"), plotting.color(series)
+            ax.errorbar(g["k"], g["speedup_tpot"], yerr=plotting.yerr(g, "speedup_tpot"),
+                        fmt=plotting.marker(series), ms=7, color=color, capsize=3,
+                        label=f"{series} measured (95% CI)")  # fmt: skip
+            for column, style, label, name in COST_MODELS:
+                if g[column].notna().any():
+                    ax.plot(g["k"], g[column], color=color, alpha=0.8, **style)
+                    keys[label] = plotting.key(**style)
+                    names += [name] if name not in names else []
         ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_title(f"{s} on {plotting.title(dataset, difficulty)}", fontsize=10)
-        ax.set_xlabel("K (draft tokens per verify step)")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[0, 0].set_ylabel("TPOT speedup (x, vs K = 0)")
-    return plotting.finish(
-        fig, "Measured TPOT speedup vs the cost model and the simple model E/(Kc+1)",
-        legend_below=True,
-    )  # fmt: skip
+        ax.set_title(plotting.title(dataset, difficulty))
+        plotting.k_axis(ax, sub["k"])
+    plotting.ylabel(axes[0], "TPOT speedup (x, vs K = 0)")
+    return plotting.finish(fig, f"Measured TPOT speedup vs {' and '.join(names)}", keys)
 
 
 def fig_theory_best_k(t: ReportTables) -> Figure | None:
-    """12. Measured (a, c) of each draft variant on the best-K map."""
+    """Measured (a, c) of each draft variant on the best-K map."""
     fits = t.fits.dropna(subset=["c", "alpha"])
     if fits.empty:
         return None
-    fig, ax = plt.subplots(figsize=(8, 5.5 + 0.18 * len(fits)))
+    fig, ax = plt.subplots(figsize=(8, max(5.5, 1 + 0.2 * len(fits))), layout="constrained")
     draw_best_k_map(fig, ax)
     markers = dict(zip([d for d, _ in plotting.datasets(fits)], "osD^vP<>", strict=False))
     for _, f in fits.iterrows():
@@ -150,15 +151,14 @@ def fig_theory_best_k(t: ReportTables) -> Figure | None:
             label=f"{f['series']} on {f['dataset']}, concurrency "
             f"{f['concurrency']}: K*={f['best_k_measured']} (predicted {f['best_k_predicted']})",
         )
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-    ax.set_title("Best K of E/(Kc+1) over (a, c); points: measured a and c (K* = measured best K)")
-    fig.tight_layout()
-    return fig
+    return plotting.finish(
+        fig, "Best K of E/(Kc+1) over (a, c); points: measured a and c (K* = measured best K)"
+    )
 
 
 def fig_sim_tokens(sim: Simulation) -> Figure:
     """Simulated tokens per verify step (points, 95% error bars) over E(a, K)."""
-    fig, ax = plt.subplots(figsize=(7, 4.8))
+    fig, ax = plt.subplots(figsize=(7, 4.8), layout="constrained")
     tok = sim.tokens[sim.tokens["k"] > 0]
     draw_expected_tokens(ax, sim.alphas, int(tok["k"].max()))
     for a, g in tok.groupby("a"):
@@ -172,17 +172,16 @@ def fig_sim_tokens(sim: Simulation) -> Figure:
             color="C3",
             label="simulated" if a == tok["a"].min() else None,
         )
-    ax.legend(fontsize=8)
-    ax.set_title("Tokens per verify step: Monte Carlo (points) vs (1 - a^(K+1)) / (1 - a)")
-    fig.tight_layout()
-    return fig
+    return plotting.finish(
+        fig, "Tokens per verify step: Monte Carlo (points) vs (1 - a^(K+1)) / (1 - a)"
+    )
 
 
 def fig_sim_cost(sim: Simulation) -> Figure:
     """Speedup vs c for several K, one panel per a, simulated points, break-even marked."""
-    fig, axes = plotting.panels(2, rows=(len(sim.alphas) + 1) // 2)
+    fig, axes = plotting.panels(len(sim.alphas), cols=2)
     ks = [1, *sim.ks]
-    for ax, a in zip(axes.flat, sim.alphas, strict=False):
+    for ax, a in zip(axes[0], sim.alphas, strict=True):
         colors = draw_speedup_vs_cost(ax, a, ks)
         pts = sim.speedups[(sim.speedups["a"] == a) & sim.speedups["k"].isin(ks)]
         for k, g in pts.groupby("k"):
@@ -190,17 +189,20 @@ def fig_sim_cost(sim: Simulation) -> Figure:
                 g["c"], g["simulated"], yerr=1.96 * g["se"], fmt="o", ms=4, color=colors[k], mec="k"
             )
         ax.set_title(f"a = {a}")
-        ax.legend(fontsize=8)
+    plotting.ylabel(axes[0], "speedup (x)")
+    keys = {"simulated (95% CI)": plotting.key(marker="o", ls="", ms=4),
+            "break-even c": plotting.key(marker="X", ls="", ms=9)}  # fmt: skip
     return plotting.finish(
         fig,
         "Speedup E/(Kc+1) vs draft cost ratio c (points: simulated; "
         "X: break-even c, where drafting stops paying)",
+        keys,
     )
 
 
 def fig_sim_best_k(sim: Simulation) -> Figure:
     """The analytical best-K map with the simulated best K written on the check grid."""
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(8, 5.5), layout="constrained")
     draw_best_k_map(fig, ax)
     cells = sim.best_k[["a", "c", "best_k_simulated", "best_k_analytical"]]
     for a, c, k_sim, k_true in cells.itertuples(index=False):
@@ -209,9 +211,9 @@ def fig_sim_best_k(sim: Simulation) -> Figure:
             str(int(k_sim)), (a, c), ha="center", va="center", fontsize=8, color="w",
             weight="bold", bbox=box,
         )  # fmt: skip
-    ax.set_title("Best K over (a, c): colour analytical, numbers simulated (red box: differ)")
-    fig.tight_layout()
-    return fig
+    return plotting.finish(
+        fig, "Best K over (a, c): colour analytical, numbers simulated (red box: differ)"
+    )
 
 
 SIM_FIGURES = (

@@ -1,0 +1,78 @@
+"""The figures' shared style and the forest plot, on small synthetic sweeps."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pytest
+
+from reports import figures, load, plotting, tables
+from reports.report import make_report
+from tests import run_fixtures
+
+V = {x.name: x for x in run_fixtures.SEED_STUDY}
+
+
+def _sweep(root, pairing: str) -> tables.ReportTables:
+    """cot at K = 0 and cot_sd at K = 1 and 3 on one dataset, 20 problems."""
+    for name, k in (("cot", 0), ("cot_sd", 1), ("cot_sd", 3)):
+        job = run_fixtures.Job(pairing, V[name], "synth_easy", "easy", k, n_problems=20,
+                               pairing=pairing)  # fmt: skip
+        run_fixtures.write_job(root, job)
+    return tables.build_tables(load.load(root), n_boot=50)
+
+
+def test_forest_has_a_row_per_comparison_over_the_aa_band_and_leads_the_report(tmp_path):
+    t = _sweep(tmp_path / "res", "interleaved")
+    comparisons = t.table[t.table["k"] > 0].sort_values("k")
+    (aa,) = t.table[t.table["k"] == 0].itertuples()  # the A/A check: K = 0, interleaved
+    ax = figures.fig_forest(t).axes[0]
+    points = [x for c in ax.containers for x in c.lines[0].get_xdata()]
+    assert sorted(points) == sorted(comparisons["speedup_tpot"])
+    assert [label.get_text() for label in ax.get_yticklabels()] == [
+        "cot_sd, synth_easy, K=1",
+        "cot_sd, synth_easy, K=3",
+    ]
+    (band,) = ax.patches
+    assert band.get_x() == pytest.approx(aa.speedup_tpot_lo)
+    assert band.get_x() + band.get_width() == pytest.approx(aa.speedup_tpot_hi)
+    assert (band.get_y(), band.get_height()) == (-0.5, 2.0)  # behind both rows
+    plt.close("all")
+    text = make_report(tmp_path / "res", tmp_path / "out", n_boot=50).read_text()
+    first = text.split("## Figures\n\n", 1)[1].splitlines()[0:3]
+    assert first[0] == "**1. speedup forest**" and "](figures/speedup_forest.png)" in first[2]
+
+
+def test_without_a_model_or_an_aa_check_titles_say_nothing_of_them(tmp_path):
+    t = _sweep(tmp_path, "sequential")  # no calibration: no predicted speedup
+    forest = figures.fig_forest(t)
+    assert not forest.axes[0].patches and "A/A" not in forest.get_suptitle()
+    fig = figures.fig_speedup_vs_k(t)
+    assert "dashed" not in fig.get_suptitle()
+    assert all(line.get_linestyle() != "--" for ax in fig.axes for line in ax.get_lines())
+    fig.canvas.draw()
+    (legend,) = fig.legends  # one legend, beside the panels
+    right = max(ax.get_window_extent().x1 for ax in fig.axes)
+    assert legend.get_window_extent().x0 >= right
+    plt.close("all")
+
+
+@pytest.mark.parametrize(("ks", "ticks", "limits"), [
+    ([3], [3], (2.5, 3.5)),
+    ([0, 1, 3, 5], [0, 1, 3, 5], (-0.5, 5.5)),
+    ([1, 3], [1, 3], (0.0, 4.0)),
+])  # fmt: skip
+def test_k_axis_ticks_the_ks_drawn_with_half_a_step_beyond(ks, ticks, limits):
+    fig, ax = plt.subplots()
+    plotting.k_axis(ax, ks)
+    assert list(ax.get_xticks()) == ticks and ax.get_xlim() == limits
+    plt.close(fig)
+
+
+def test_panels_wrap_into_at_most_three_columns():
+    fig, axes = plotting.panels(5, stats=2)
+    assert axes.shape == (2, 5)
+    spans = [(ax.get_subplotspec().rowspan.start, ax.get_subplotspec().colspan.start)
+             for ax in axes[1]]  # fmt: skip
+    assert spans == [(1, 0), (1, 1), (1, 2), (3, 0), (3, 1)]
+    assert sum(ax.get_visible() for ax in fig.axes) == 10  # the sixth cell's two are hidden
+    plt.close(fig)
