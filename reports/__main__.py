@@ -6,6 +6,7 @@
     python -m reports results_dir=DIR experiment=smollm2  # the sweep(s) those overrides wrote
     python -m reports --sweep tiny-serving slo.tpot_ms=20  # goodput under another SLO
     python -m reports --check docs/results/tiny  # a study's report regenerated and compared
+    python -m reports --write docs/results/tiny  # ... and written (after a report change)
 
 Writes ``<out-dir>/<name>/REPORT.md``, ``figures/*.png``, ``aggregates.csv``, ``fits.csv``;
 ``--check`` writes nothing and exits 1 on any difference (``reports.study.check``).
@@ -69,6 +70,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "numbers with the tables); print each difference, exit 1 on any; write nothing",
     )
     parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="STUDY_DIR",
+        help="regenerate a study folder's REPORT.md, tables and figures from its raw runs and "
+        "study.json into the folder (after a change to the report's code)",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="exit 1 when a run was skipped (partial or corrupt) or there was none",
@@ -101,6 +109,11 @@ def main(args: argparse.Namespace) -> int:
         if not problems:
             print(f"{args.check}: REPORT.md, tables and figures regenerate as committed")
         return 1 if problems else 0
+    if args.write:
+        from reports import study
+
+        print(f"wrote {study.write(args.write)}")
+        return 0
     slo = _slo(args.overrides)
     args.overrides = [o for o in args.overrides if not o.startswith(SLO_PREFIX)]
     if args.overrides:

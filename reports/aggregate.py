@@ -258,23 +258,26 @@ def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataF
         )
         num, den = (a[:, 0] for a in base_arrays)
         tpot = num.sum() / den.sum() if den.sum() else np.nan
+        each = _per_instance(own, base_arrays)
         rows.append({**labels, **_ci_columns(list(SPEEDUPS), point, lo, hi),
                      "baseline_tpot_s": tpot,
-                     "instance_spread": _spread(own, base_arrays)})  # fmt: skip
+                     "instance_speedups": " ".join(f"{x:.4f}" for x in each) if each else None,
+                     "instance_spread": max(each) / min(each) - 1 if each else np.nan})  # fmt: skip
     names = [f"{s}{end}" for s in SPEEDUPS for end in ("", "_lo", "_hi")]
-    return pd.DataFrame(rows, columns=[*GROUP, *names, "baseline_tpot_s", "instance_spread"])
+    return pd.DataFrame(
+        rows, columns=[*GROUP, *names, "baseline_tpot_s", "instance_speedups", "instance_spread"]
+    )
 
 
-def _spread(own: Block, base: tuple[np.ndarray, np.ndarray]) -> float:
-    """max / min - 1 of the TPOT speedup of each engine instance alone (NaN with one)."""
+def _per_instance(own: Block, base: tuple[np.ndarray, np.ndarray]) -> list[float]:
+    """The TPOT speedup of each engine instance alone, in instance order (none with one)."""
     if own.instances is None:
-        return np.nan
+        return []
     num, den = own.arrays((SPEEDUPS["speedup_tpot"],))
-    each = [
-        (base[0][at, 0].sum() / base[1][at, 0].sum()) / (num[at, 0].sum() / den[at, 0].sum())
+    return [
+        float((base[0][at, 0].sum() / base[1][at, 0].sum()) / (num[at, 0].sum() / den[at, 0].sum()))
         for at in (own.instance == i for i in np.unique(own.instance))
     ]
-    return max(each) / min(each) - 1
 
 
 def with_lossless(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

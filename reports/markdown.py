@@ -445,6 +445,23 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     return out
 
 
+def _instances(table_: pd.DataFrame) -> list[str]:
+    """Each speedup over several engine instances, instance by instance."""
+    rows = table_[table_["instance_speedups"].notna()] if "instance_speedups" in table_ else []
+    if not len(rows):
+        return []
+    return ["## Engine instances", "",
+            "The TPOT speedup of each engine instance (pair) alone, in instance order: "
+            "the plain engine started first at instances 0, 2, ..., the job's own at 1, 3, "
+            "...; a K = 0 row's is the A/A ratio. Spread: max / min - 1.", "",
+            table(rows, [("dataset", _col("dataset")), ("variant", _col("series")),
+                         ("K", _col("k")), ("N", _col("instances")),
+                         ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 3)),
+                         ("per instance", lambda r: " ".join(
+                             f"{float(x):.3f}" for x in r["instance_speedups"].split())),
+                         ("spread", lambda r: num(r["instance_spread"], 3))]), ""]  # fmt: skip
+
+
 def _flagged(runs: pd.DataFrame) -> list[str]:
     """The runs the drift sentinel flags (``reports.sentinel``), first thing in the report."""
     rows = sentinel.flagged(runs)
@@ -510,6 +527,7 @@ def report(
         "",
         table(t.headline, HEADLINE),
         "",
+        *_instances(t.table),
         "## Analytical model vs measurement",
         "",
         "Cost model: predicted TPOT speedup = E x T_target / T_step(K), E from the row's "

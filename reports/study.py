@@ -123,7 +123,7 @@ def _csv_differs(committed: Path, fresh: Path) -> str | None:
         if pd.api.types.is_numeric_dtype(x) and pd.api.types.is_numeric_dtype(y):
             same = np.isclose(x.astype(float), y.astype(float), rtol=1e-6, atol=0, equal_nan=True)
         else:
-            same = (x.astype(str) == y.astype(str)).to_numpy()
+            same = ((x.astype(str) == y.astype(str)) | (x.isna() & y.isna())).to_numpy(bool)
         if not same.all():
             row = int(np.flatnonzero(~same)[0])
             return (

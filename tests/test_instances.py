@@ -16,7 +16,7 @@ from harness import results
 from harness.backends import live
 from harness.config import ConfigError, compose_config, validate
 from harness.sweep import job as jobs
-from reports import aggregate, bootstrap
+from reports import aggregate, bootstrap, markdown
 
 
 def test_one_instance_draws_the_one_level_weights_and_two_draw_whole_instances():
@@ -69,8 +69,12 @@ def test_the_table_shows_each_instances_speedup_spread():
     row = aggregate._speedups({k: block for k in [tuple(df.loc[0, list(aggregate.GROUP)])]}, {},
                               200, 0).iloc[0]  # fmt: skip
     assert row["instance_spread"] == pytest.approx(0.5)  # 3.0x on instance 1 over 2.0x
+    assert row["instance_speedups"] == "2.0000 3.0000"
     assert row["speedup_tpot"] == pytest.approx(2.5)
     assert row["speedup_tpot_lo"] <= 2.05 and row["speedup_tpot_hi"] >= 2.95
+    section = "\n".join(markdown._instances(pd.DataFrame([row]).assign(series="cot_sd")))
+    assert "## Engine instances" in section and "| 2.000 3.000 | 0.500 |" in section
+    assert markdown._instances(pd.DataFrame([row]).assign(instance_speedups=None)) == []
 
 
 @pytest.mark.parametrize(
