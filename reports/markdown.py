@@ -445,11 +445,13 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     return out
 
 
-def _instances(table_: pd.DataFrame) -> list[str]:
-    """Each speedup over several engine instances, instance by instance."""
+def _instances(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """Each speedup over several engine instances, instance by instance, and what the runs
+    of those sweeps cost."""
     rows = table_[table_["instance_speedups"].notna()] if "instance_speedups" in table_ else []
     if not len(rows):
         return []
+    cost = runs[runs["sweep_id"].isin(rows["sweep_id"])].sort_values(["sweep_id", "run_id"])
     return ["## Engine instances", "",
             "The TPOT speedup of each engine instance (pair) alone, in instance order: "
             "the plain engine started first at instances 0, 2, ..., the job's own at 1, 3, "
@@ -459,7 +461,13 @@ def _instances(table_: pd.DataFrame) -> list[str]:
                          ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 3)),
                          ("per instance", lambda r: " ".join(
                              f"{float(x):.3f}" for x in r["instance_speedups"].split())),
-                         ("spread", lambda r: num(r["instance_spread"], 3))]), ""]  # fmt: skip
+                         ("spread", lambda r: num(r["instance_spread"], 3))]), "",
+            "What each run of those sweeps cost (start-up: its engines' starts and warm-ups; "
+            "measured: its requests):", "",
+            table(cost, [("sweep", _col("sweep_id")), ("run", lambda r: f"`{r['run_id']}`"),
+                         ("N", _col("instances")),
+                         ("start-up s", lambda r: num(r["engine_start_s"], 1)),
+                         ("measured s", lambda r: num(r["wall_s"], 1))]), ""]  # fmt: skip
 
 
 def _flagged(runs: pd.DataFrame) -> list[str]:
@@ -527,7 +535,7 @@ def report(
         "",
         table(t.headline, HEADLINE),
         "",
-        *_instances(t.table),
+        *_instances(t.table, t.runs),
         "## Analytical model vs measurement",
         "",
         "Cost model: predicted TPOT speedup = E x T_target / T_step(K), E from the row's "

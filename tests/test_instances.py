@@ -72,9 +72,12 @@ def test_the_table_shows_each_instances_speedup_spread():
     assert row["instance_speedups"] == "2.0000 3.0000"
     assert row["speedup_tpot"] == pytest.approx(2.5)
     assert row["speedup_tpot_lo"] <= 2.05 and row["speedup_tpot_hi"] >= 2.95
-    section = "\n".join(markdown._instances(pd.DataFrame([row]).assign(series="cot_sd")))
+    runs = pd.DataFrame([dict(sweep_id="s", run_id="r", instances=2, engine_start_s=30.04,
+                              wall_s=5.0)])  # fmt: skip
+    section = "\n".join(markdown._instances(pd.DataFrame([row]).assign(series="cot_sd"), runs))
     assert "## Engine instances" in section and "| 2.000 3.000 | 0.500 |" in section
-    assert markdown._instances(pd.DataFrame([row]).assign(instance_speedups=None)) == []
+    assert "| s | `r` | 2 | 30.0 | 5.0 |" in section
+    assert markdown._instances(pd.DataFrame([row]).assign(instance_speedups=None), runs) == []
 
 
 @pytest.mark.parametrize(
