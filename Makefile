@@ -25,7 +25,7 @@ else
   VLLM_KIND := $(VLLM)
 endif
 
-.PHONY: help install install-suffix test test-fast lint format sweep serve study report simulate models data data-report bench peers clean
+.PHONY: help install install-suffix install-tracking test test-fast lint format sweep serve study report simulate models data data-report bench peers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -74,12 +74,23 @@ $(SUFFIX_STAMP): $(STAMP)
 	rm -rf $(BUILD_VENV)
 	@touch $@
 
+# Experiment tracking (tracking=mlflow): MLflow's client and its SQLite store. Not MLflow's
+# server package, whose wheel pins a pyarrow older than the one installed here; `mlflow ui`
+# runs from another environment on the same store (docs/USAGE.md).
+TRACKING_STAMP := $(VENV)/.tracking.stamp
+
+install-tracking: $(TRACKING_STAMP) ## install MLflow's client for tracking=mlflow; a no-op when done
+
+$(TRACKING_STAMP): $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt mlflow-skinny==3.17.2 sqlalchemy==2.1.9 alembic==1.20.1
+	@touch $@
+
 # Test files run in TEST_WORKERS processes (pytest-xdist), each file whole in one of them
 # (its module fixtures and engines are shared); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-test: install install-suffix ## run the whole test suite (unit + real-vLLM integration tests)
+test: install install-suffix install-tracking ## run the whole test suite (unit + real-vLLM integration tests)
 	$(PYTEST) $(ARGS)
 
 test-fast: install ## run the tests that start no engine and train nothing

@@ -3,6 +3,7 @@
     python bench/instances.py                          # a random model of the tiny target's shape
     python bench/instances.py --instances 6 --passes 8
     PYTHONHASHSEED=0 python bench/instances.py         # a setting under test: env or overrides
+    python bench/instances.py --csv out.csv --label default   # append each pass's row to a table
     python bench/instances.py experiment=smollm2 variant=base dataset=gsm8k \\
         datasets_dir=path/to/datasets max_tokens=128
 
@@ -27,6 +28,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("overrides", nargs="*", help="job overrides (default: a random target)")
     parser.add_argument("--instances", type=int, default=6, help="fresh engines, one at a time")
     parser.add_argument("--passes", type=int, default=8, help="timed runs of the request in each")
+    parser.add_argument("--csv", type=Path, help="append (label, instance, pass, tpot_ms) rows")
+    parser.add_argument("--label", default="default", help="the setting's name in --csv")
     return parser
 
 
@@ -52,6 +55,7 @@ def main(argv: list[str]) -> int:
     if args.instances < 2 or args.passes < 2:
         print("error: --instances and --passes must be at least 2", file=sys.stderr)
         return 2
+    import pandas as pd
     from scipy import stats
 
     from harness import console
@@ -88,6 +92,10 @@ def main(argv: list[str]) -> int:
             print(f"{i:<9} {mean:14.3f} {statistics.stdev(tpot) / mean:10.1%}", flush=True)
     finally:
         engines.clear()
+    if args.csv:
+        rows = [{"label": args.label, "instance": i, "pass": p, "tpot_ms": round(t, 4)}
+                for i, g in enumerate(groups) for p, t in enumerate(g)]  # fmt: skip
+        pd.DataFrame(rows).to_csv(args.csv, mode="a", header=not args.csv.exists(), index=False)
     means = [statistics.fmean(g) for g in groups]
     within = statistics.fmean(statistics.stdev(g) / statistics.fmean(g) for g in groups)
     anova = stats.f_oneway(*groups)

@@ -123,6 +123,17 @@ class SloConfig:
     e2e_ms: float | None = None  # end-to-end latency
 
 
+TRACKERS = ("none", "mlflow")
+
+
+@dataclass
+class TrackingConfig:
+    """An experiment tracker each finished run is logged to (``harness.tracking``)."""
+
+    name: str = "none"  # one of TRACKERS
+    uri: str | None = None  # None: sqlite under results_dir
+
+
 @dataclass
 class Config:
     """One job: (variant, dataset, spec.k, concurrency, seed, temperature)."""
@@ -146,6 +157,7 @@ class Config:
     burstiness: float = 1.0  # arrival gaps ~ Gamma(burstiness): 1 = Poisson, as vllm bench serve
     server: ServerConfig = field(default_factory=ServerConfig)
     slo: SloConfig = field(default_factory=SloConfig)
+    tracking: TrackingConfig = MISSING
     warmup: int = 1  # unrecorded warm-up rounds per job, min(concurrency, problems) prompts each
     repeats: int = 1  # runs of each job, seeds seed, seed+1, ... (same problems)
     repeat: int = 0  # which of those runs this is (set by the harness)
@@ -180,6 +192,7 @@ def register_configs() -> None:
     cs.store(group="dataset", name="dataset_schema", node=DatasetConfig)
     cs.store(group="variant", name="variant_schema", node=VariantConfig)
     cs.store(group="engine", name="engine_schema", node=EngineConfig)
+    cs.store(group="tracking", name="tracking_schema", node=TrackingConfig)
 
 
 def compose_config(
@@ -395,6 +408,7 @@ def validate(cfg: Any) -> None:
     check(cfg.warmup >= 0, "warmup", cfg.warmup, "must be >= 0 (0 = no warm-up)")
     check(cfg.repeats >= 1, "repeats", cfg.repeats, "must be >= 1")
     check_choice("pairing", cfg.pairing, PAIRINGS)
+    check_choice("tracking.name", cfg.tracking.name, TRACKERS)
     check(cfg.instances >= 1, "instances", cfg.instances, "must be >= 1")
     check(
         cfg.limit is None or cfg.instances <= cfg.limit,

@@ -32,7 +32,8 @@ SERVER_LOGS = ".servers"  # the logs of the servers a sweep started (hidden: not
 # Keys that do not change what a job computes: left out of the config hash.
 # ``repeats``/``repeat`` only label runs: each repeat's seed is in its config; the report
 # applies ``slo`` to the stored per-request times.
-UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat", "slo")
+UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat", "slo",
+                 "tracking")  # fmt: skip
 
 
 def arrow_type(hint: Any) -> Any:

@@ -115,7 +115,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"wrote {study.write(args.write)}")
         return 0
     slo = _slo(args.overrides)
-    args.overrides = [o for o in args.overrides if not o.startswith(SLO_PREFIX)]
+    tracker = _tracker(args.overrides)
+    args.overrides = [o for o in args.overrides if not o.startswith((SLO_PREFIX, "tracking"))]
     if args.overrides:
         if args.results_dir or args.sweeps:
             raise ValueError("give --results-dir/--sweep or harness overrides, not both")
@@ -145,7 +146,31 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {path}")
     first = path.read_text().split("\n\n")[1]
     print(first)
+    if tracker is not None:
+        from harness import tracking
+
+        tracking.log_report(tracker, args.results_dir, name, path)
     return 0
+
+
+def _tracker(overrides: list[str]) -> str | None:
+    """``tracking=mlflow`` (and ``tracking.uri=``) among ``overrides``: the store's URI
+    ("" for the default store), else None.
+
+    Raises:
+        ValueError: another tracker, or a tracking key without ``tracking=mlflow``.
+    """
+    given = dict(o.split("=", 1) for o in overrides if o.startswith("tracking") and "=" in o)
+    unknown = sorted(set(given) - {"tracking", "tracking.uri"})
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown (tracking=mlflow and tracking.uri=URI)")
+    if given.get("tracking", "none") not in ("none", "mlflow"):
+        raise ValueError(f"tracking={given['tracking']}: must be none or mlflow")
+    if given.get("tracking") != "mlflow":
+        if "tracking.uri" in given:
+            raise ValueError("tracking.uri: give tracking=mlflow too")
+        return None
+    return given.get("tracking.uri", "")
 
 
 def _slo(overrides: list[str]) -> dict[str, float | None]:

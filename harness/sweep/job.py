@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness import metrics, provenance, results
+from harness import metrics, provenance, results, tracking
 from harness.backends import live, server
 from harness.backends.engine import OFFLINE
 from harness.config import ConfigError
@@ -287,6 +287,7 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
     except OSError as exc:
         raise OSError(f"could not write the results to {job_dir} ({exc})") from None
     print(summary.headline())
+    tracking.log_run(cfg, summary, outcome.records)
     return summary
 
 

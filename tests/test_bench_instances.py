@@ -1,0 +1,38 @@
+"""bench/instances.py: one fixed request timed in fresh engine instances, on real engines."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_instances", ROOT / "bench/instances.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_instance_times_the_same_request_and_the_table_gets_every_pass(
+    tiny_pair, tmp_path, capsys
+):
+    target, _ = tiny_pair
+    out = tmp_path / "instances.csv"
+    args = [f"models.targets.cot={target}", "variant=cot", "max_tokens=16",
+            f"results_dir={tmp_path}", "--instances", "2", "--passes", "3", "--csv", str(out),
+            "--label", "here"]  # fmt: skip
+    assert _bench().main(args) == 0
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["label", "instance", "pass", "tpot_ms"]
+    runs = sorted(zip(table["instance"], table["pass"], strict=True))
+    assert runs == [(i, p) for i in (0, 1) for p in (0, 1, 2)]
+    assert (table["label"] == "here").all() and (table["tpot_ms"] > 0).all()
+    printed = capsys.readouterr().out
+    assert "ANOVA F = " in printed and printed.count("\n") >= 5
+    assert _bench().main(["--instances", "1"]) == 2  # one instance has no spread to show
