@@ -21,6 +21,11 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.records import Completion
+    from harness.sweep.runner import Offline, PreparedJob
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -33,17 +38,20 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def tpot_of_passes(job, backend, passes: int) -> list[float]:
-    """Seconds per output token after the first, of ``passes`` runs of the job's first prompt."""
+def tpot_of_passes(job: PreparedJob, backend: Offline, passes: int) -> list[float]:
+    """Seconds per output token after the first, of ``passes`` runs of the job's first prompt
+    (a pass of fewer than two tokens has none)."""
     from harness.backends.arrivals import Load
+    from harness.metrics import tpot
 
     request = job.requests[0]
     params = job.sampling_params(job.max_tokens)
     out: list[float] = []
 
-    def on_output(_: int, completion) -> None:
-        tokens = len(completion.token_ids)
-        out.append((completion.e2e_s - completion.ttft_s) / max(tokens - 1, 1))
+    def on_output(_: int, completion: Completion) -> None:
+        seconds = tpot(completion.e2e_s, completion.ttft_s, len(completion.token_ids))
+        if seconds is not None:
+            out.append(seconds)
 
     for _ in range(passes):
         backend.generate([request.prompt_token_ids], params, Load(1), on_output)
@@ -55,26 +63,33 @@ def main(argv: list[str]) -> int:
     if args.instances < 2 or args.passes < 2:
         print("error: --instances and --passes must be at least 2", file=sys.stderr)
         return 2
+    from harness import console
+
+    console.quiet_libraries()
+    overrides = list(args.overrides)
+    with tempfile.TemporaryDirectory() as folder:
+        if not overrides:
+            from transformers import AutoTokenizer
+
+            from train.tiny import TinyModelConfig, build_random_model, build_random_pair
+
+            pair, _ = build_random_pair(Path(folder) / "pair")
+            shape = TinyModelConfig(128, 4, 512)  # the tiny target's shape
+            tokenizer = AutoTokenizer.from_pretrained(pair)
+            target = build_random_model(shape, tokenizer, Path(folder) / "t", 0)
+            overrides = [f"models.targets.cot={target}", "variant=cot", "max_tokens=128"]
+        return measure(args, overrides)
+
+
+def measure(args: argparse.Namespace, overrides: list[str]) -> int:
+    """Time the instances and print (and append) the figures."""
     import pandas as pd
     from scipy import stats
 
-    from harness import console
     from harness.backends import engine as engines
     from harness.config import compose_config
     from harness.sweep.runner import Offline, prepare, warm_up
 
-    console.quiet_libraries()
-    overrides = list(args.overrides)
-    if not overrides:
-        from transformers import AutoTokenizer
-
-        from train.tiny import TinyModelConfig, build_random_model, build_random_pair
-
-        folder = Path(tempfile.mkdtemp())
-        pair, _ = build_random_pair(folder / "pair")
-        shape = TinyModelConfig(128, 4, 512)  # the tiny target's shape
-        target = build_random_model(shape, AutoTokenizer.from_pretrained(pair), folder / "t", 0)
-        overrides = [f"models.targets.cot={target}", "variant=cot", "max_tokens=128"]
     cfg = compose_config([*overrides, "spec.k=0", "pairing=sequential", "limit=1"])
     job = prepare(cfg)
     print(f"{job.spec.target}: {args.instances} instances x {args.passes} passes, "

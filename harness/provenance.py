@@ -60,11 +60,12 @@ def _cached_revision(hub_id: str) -> str | None:
     return Path(cached).parent.name if isinstance(cached, str) else None
 
 
-def in_checkout(path: str | Path) -> str:
-    """``path`` relative to the checkout when it lies inside it, else absolute (where a
-    checkout sits is not part of what ran)."""
-    path = Path(path).expanduser().resolve()
-    return str(path.relative_to(CHECKOUT)) if path.is_relative_to(CHECKOUT) else str(path)
+def in_checkout(path: str | Path) -> str | None:
+    """``path`` relative to the checkout when it lies inside it (symlinks not followed:
+    ``models/`` may link elsewhere), else None (where a checkout sits is not part of what
+    ran)."""
+    absolute = Path(os.path.abspath(Path(path).expanduser()))
+    return str(absolute.relative_to(CHECKOUT)) if absolute.is_relative_to(CHECKOUT) else None
 
 
 def model_identity(name: str) -> dict[str, Any]:
@@ -73,7 +74,7 @@ def model_identity(name: str) -> dict[str, Any]:
         model_dir = Path(name).expanduser().resolve()
         manifest = read_manifest(model_dir)
         identity: dict[str, Any] = {
-            "model": in_checkout(model_dir),
+            "model": in_checkout(name) or str(model_dir),
             "manifest_key": manifest.key if manifest else None,
             "files": key_digest(_files_fingerprint(model_dir)),
         }
@@ -167,8 +168,9 @@ def git_state(checkout: Path = CHECKOUT) -> dict[str, Any]:
 
 
 def command() -> list[str]:
-    """The command line of this process (``sys.argv``), its program :func:`in_checkout`."""
+    """The command line of this process (``sys.argv``), its program :func:`in_checkout`
+    when it lies inside the checkout."""
     argv = list(sys.argv)
     if argv and argv[0]:
-        argv[0] = in_checkout(argv[0])
+        argv[0] = in_checkout(argv[0]) or argv[0]
     return argv

@@ -22,6 +22,7 @@ from harness.checks import command
 from reports import bootstrap
 
 SLO_PREFIX = "slo."
+TRACKING = "tracking"  # tracking=mlflow, tracking.uri=URI
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -88,7 +89,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="the overrides of a `python -m harness -m` run: report the sweep(s) it wrote "
         "(its results_dir, sweep and experiment; other keys are ignored); slo.ttft_ms, "
         "slo.tpot_ms and slo.e2e_ms (ms, or null) replace that bound of every run's SLO "
-        "in goodput",
+        "in goodput; tracking=mlflow (tracking.uri=URI) logs the report to each sweep's "
+        "MLflow experiment",
     )
 
 
@@ -116,11 +118,11 @@ def main(args: argparse.Namespace) -> int:
         return 0
     slo = _slo(args.overrides)
     tracker = _tracker(args.overrides)
-    args.overrides = [o for o in args.overrides if not o.startswith((SLO_PREFIX, "tracking"))]
-    if args.overrides:
-        if args.results_dir or args.sweeps:
-            raise ValueError("give --results-dir/--sweep or harness overrides, not both")
-        args.results_dir, args.sweeps = _written_sweeps(args.overrides)
+    given = [o for o in args.overrides if not o.startswith(SLO_PREFIX)]
+    if given and not (args.results_dir or args.sweeps):  # the sweeps those overrides wrote
+        args.results_dir, args.sweeps = _written_sweeps(given)
+    elif any(not o.startswith(TRACKING) for o in given):
+        raise ValueError("give --results-dir/--sweep or harness overrides, not both")
     args.results_dir = args.results_dir or Path("results")
     if not args.results_dir.is_dir():
         print(f"error: --results-dir={args.results_dir}: no such directory", file=sys.stderr)
@@ -149,7 +151,10 @@ def main(args: argparse.Namespace) -> int:
     if tracker is not None:
         from harness import tracking
 
-        tracking.log_report(tracker, args.results_dir, name, path)
+        if not args.sweeps:
+            print("warning: tracking: name the sweep (--sweep, or its overrides) to log "
+                  "its report", file=sys.stderr)  # fmt: skip
+        tracking.log_report(tracker, args.results_dir, args.sweeps or [], path)
     return 0
 
 
@@ -160,17 +165,18 @@ def _tracker(overrides: list[str]) -> str | None:
     Raises:
         ValueError: another tracker, or a tracking key without ``tracking=mlflow``.
     """
-    given = dict(o.split("=", 1) for o in overrides if o.startswith("tracking") and "=" in o)
-    unknown = sorted(set(given) - {"tracking", "tracking.uri"})
-    if unknown:
-        raise ValueError(f"{unknown[0]}: unknown (tracking=mlflow and tracking.uri=URI)")
-    if given.get("tracking", "none") not in ("none", "mlflow"):
-        raise ValueError(f"tracking={given['tracking']}: must be none or mlflow")
-    if given.get("tracking") != "mlflow":
-        if "tracking.uri" in given:
+    given = dict(o.split("=", 1) for o in overrides if o.startswith(TRACKING) and "=" in o)
+    name = given.pop("tracking.name", given.pop(TRACKING, "none"))
+    uri = given.pop("tracking.uri", "")
+    if given:
+        raise ValueError(f"{next(iter(given))}: unknown (tracking=mlflow and tracking.uri=URI)")
+    if name not in ("none", "mlflow"):
+        raise ValueError(f"tracking={name}: must be none or mlflow")
+    if name == "none":
+        if uri:
             raise ValueError("tracking.uri: give tracking=mlflow too")
         return None
-    return given.get("tracking.uri", "")
+    return "" if uri in ("null", "none", "None") else uri
 
 
 def _slo(overrides: list[str]) -> dict[str, float | None]:

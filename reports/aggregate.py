@@ -262,11 +262,16 @@ def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataF
         rows.append({**labels, **_ci_columns(list(SPEEDUPS), point, lo, hi),
                      "baseline_tpot_s": tpot,
                      "instance_speedups": " ".join(f"{x:.4f}" for x in each) if each else None,
-                     "instance_spread": max(each) / min(each) - 1 if each else np.nan})  # fmt: skip
+                     "instance_spread": _spread(each)})  # fmt: skip
     names = [f"{s}{end}" for s in SPEEDUPS for end in ("", "_lo", "_hi")]
     return pd.DataFrame(
         rows, columns=[*GROUP, *names, "baseline_tpot_s", "instance_speedups", "instance_spread"]
     )
+
+
+def _spread(each: list[float]) -> float:
+    """max / min - 1 of the instances' speedups; NaN with one, or with one not finite."""
+    return max(each) / min(each) - 1 if len(each) > 1 and np.isfinite(each).all() else np.nan
 
 
 def _per_instance(own: Block, base: tuple[np.ndarray, np.ndarray]) -> list[float]:

@@ -462,8 +462,9 @@ def _instances(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                          ("per instance", lambda r: " ".join(
                              f"{float(x):.3f}" for x in r["instance_speedups"].split())),
                          ("spread", lambda r: num(r["instance_spread"], 3))]), "",
-            "What each run of those sweeps cost (start-up: its engines' starts and warm-ups; "
-            "measured: its requests):", "",
+            "What each run of those sweeps cost (start-up: the starts and warm-ups of the "
+            "job's own engines, as many again for the paired plain engines, which are not "
+            "timed; measured: its requests):", "",
             table(cost, [("sweep", _col("sweep_id")), ("run", lambda r: f"`{r['run_id']}`"),
                          ("N", _col("instances")),
                          ("start-up s", lambda r: num(r["engine_start_s"], 1)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -87,11 +88,13 @@ LLVMLITE = "llvmlite.binding.ffi"
 
 
 @pytest.fixture(autouse=True)
-def _engine_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+def _engine_processes(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
     """Tests marked ``engine_processes`` start vLLM's engines as vLLM does by default: an
     engine core and a worker process beside the process that asks for one. Any other test
-    that leaves llvmlite loaded in the test process (an ngram engine, in-process) fails here,
-    by name, instead of every later engine of its worker."""
+    that leaves llvmlite loaded in the test process (an ngram engine, in-process) fails here
+    by name; the later engines of its worker still fail, but the cause is named first."""
     if request.node.get_closest_marker("engine_processes"):
         monkeypatch.setenv(MULTIPROCESSING, "1")
     loaded = LLVMLITE in sys.modules

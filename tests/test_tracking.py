@@ -56,6 +56,8 @@ def test_a_finished_job_is_logged_with_its_config_metrics_and_provenance(tiny_ov
     (report,) = [r for r in _runs(store, cfg.sweep) if r.info.run_name == tracking.SWEEP_RUN]
     names = {a.path for a in mlflow.tracking.MlflowClient(store).list_artifacts(report.info.run_id)}
     assert {"REPORT.md", "figures"} <= names
+    artifacts = Path(cfg.results_dir) / tracking.ARTIFACTS / cfg.sweep
+    assert list(artifacts.rglob("REPORT.md")) and not (ROOT / "mlruns").exists()
 
 
 def test_a_tracker_that_is_down_is_one_warning_and_the_job_completes(
