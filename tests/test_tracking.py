@@ -36,7 +36,8 @@ def test_a_finished_job_is_logged_with_its_config_metrics_and_provenance(tiny_ov
     assert run.info.run_name == summary.job.run_id
     assert run.data.params["spec.k"] == "0" and run.data.params["variant.name"] == "cot"
     assert run.data.params["max_tokens"] == str(cfg.max_tokens)
-    assert run.data.tags["run_key"] == summary.config_hash
+    assert run.data.tags["config_hash"] == summary.config_hash
+    assert run.data.tags["run_key.problems"] == summary.run_key["problems"]
     assert run.data.tags["git.commit"] == str(summary.git["commit"])
     assert run.data.tags["versions.vllm"] == summary.versions["vllm"]
     m = run.data.metrics
