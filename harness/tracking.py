@@ -8,6 +8,7 @@ one warning line.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -75,6 +76,7 @@ def _tracker(store: str, experiment: str, what: str) -> Iterator[Any]:
     is ``./mlruns`` under whatever directory the process runs in)."""
     for name, value in PATIENCE.items():
         os.environ.setdefault(name, value)
+    logging.getLogger("mlflow").setLevel(logging.ERROR)  # its failures are our one line
     try:
         import mlflow
 

@@ -74,8 +74,9 @@ def test_a_tracker_that_is_down_is_one_warning_and_the_job_completes(
     summary = run_job(cfg, progress=False)
     engines.clear()
     assert results.complete_summary(results.sweep_dir(cfg) / results.job_name(cfg))
-    warnings = [line for line in capsys.readouterr().err.splitlines() if "tracking" in line]
-    assert len(warnings) == 1
+    err = capsys.readouterr().err.splitlines()
+    warnings = [line for line in err if line.startswith("warning: tracking:")]
+    assert len(warnings) == 1, "\n".join(err[-40:])
     assert warnings[0].startswith(f"warning: tracking: {summary.job.run_id} not logged to {url}")
 
 
