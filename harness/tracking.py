@@ -60,7 +60,7 @@ def metrics(summary: RunSummary, records: Sequence[RequestRecord]) -> dict[str, 
     pairs = [(r.pair_tpot_s, r.tpot_s) for r in records if r.pair_tpot_s and r.tpot_s]
     if pairs:
         out["speedup_tpot"] = sum(p for p, _ in pairs) / sum(t for _, t in pairs)
-    counts = [c for c in map(_spec_counts, records) if c is not None]
+    counts = [r.spec_counts for r in records if r.spec_counts is not None]
     if counts:
         spec = measures.total_counts(counts).to_row()
         for key in ("acceptance_rate", "mean_acceptance_length"):
@@ -86,15 +86,13 @@ def _tracker(store: str, experiment: str, what: str) -> Iterator[Any]:
             mlflow.create_experiment(experiment, artifact_location=artifacts.as_uri())
         mlflow.set_experiment(experiment)
     except Exception as exc:  # a tracker never fails a job
-        print(f"warning: tracking: {what} not logged to {store}: {_first_line(exc)}",
-              file=sys.stderr)  # fmt: skip
+        _warn(what, store, exc)
         yield None
         return
     try:
         yield mlflow
     except Exception as exc:
-        print(f"warning: tracking: {what} not logged to {store}: {_first_line(exc)}",
-              file=sys.stderr)  # fmt: skip
+        _warn(what, store, exc)
 
 
 def log_run(cfg: Any, summary: RunSummary, records: Sequence[RequestRecord]) -> None:
@@ -134,10 +132,8 @@ def log_report(
                     mlflow.log_artifacts(str(figures), artifact_path="figures")
 
 
-def _spec_counts(record: RequestRecord) -> measures.SpecCounts | None:
-    if record.acceptance_histogram is None or record.num_draft_tokens is None:
-        return None
-    return measures.counts_from_histogram(record.acceptance_histogram, record.num_draft_tokens)
+def _warn(what: str, store: str, exc: BaseException) -> None:
+    print(f"warning: tracking: {what} not logged to {store}: {_first_line(exc)}", file=sys.stderr)
 
 
 def _first_line(exc: BaseException) -> str:
