@@ -70,6 +70,7 @@ if __name__ == "__main__":
         check_group_overrides,
         check_overrides,
         compose_config,
+        cuda_visible,
         validate,
         with_engine_override,
     )
@@ -83,9 +84,7 @@ if __name__ == "__main__":
             validate(single)  # before anything is written (the lock, Hydra's .hydra/)
             if not single.plan:
                 results.lock_sweep(results.sweep_dir(single))
-    import torch  # after the checks: bad input exits without paying torch's import
-
-    sys.argv = with_engine_override(sys.argv, torch.cuda.is_available())
+    sys.argv = with_engine_override(sys.argv, cuda_visible())
     try:
         main()
     except KeyboardInterrupt:

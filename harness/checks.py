@@ -6,6 +6,8 @@ any engine starts.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -157,10 +159,23 @@ def check_spec_len(k: int, max_model_len: int) -> None:
             f"spec.k={k}: k draft tokens plus the bonus token must be below "
             f"engine.max_model_len={max_model_len}"
         )
-    from vllm.v1.sample.rejection_sampler import MAX_SPEC_LEN
+    if k > (limit := vllm_max_spec_len()):
+        raise ConfigError(f"spec.k={k}: vLLM accepts at most {limit} draft tokens per step")
 
-    if k > MAX_SPEC_LEN:
-        raise ConfigError(f"spec.k={k}: vLLM accepts at most {MAX_SPEC_LEN} draft tokens per step")
+
+@lru_cache(maxsize=1)
+def vllm_max_spec_len() -> int:
+    """vLLM's largest K (its rejection sampler's ``MAX_SPEC_LEN``), read without importing vLLM."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        raise ConfigError("vLLM is not installed: run `make install`")
+    source = Path(spec.origin).parent / "v1" / "sample" / "rejection_sampler.py"
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+            "MAX_SPEC_LEN"
+        ]:
+            return ast.literal_eval(node.value)
+    raise RuntimeError(f"{source} no longer sets MAX_SPEC_LEN: update vllm_max_spec_len")
 
 
 def _bad_input(extra: tuple[type[Exception], ...]) -> tuple[type[Exception], ...]:

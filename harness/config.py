@@ -7,6 +7,7 @@ express live in :func:`validate` and raise :class:`ConfigError` with one readabl
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import urllib.parse
 import warnings
@@ -104,6 +105,9 @@ class SpecConfig:
     # K by batch size (harness.schedule): [[first, last, K], ...]; None = k always. Any, not
     # list[list[int]]: a bad entry gets schedule.check's one line, not Hydra's traceback
     k_schedule: Any = None
+    # what-if: drafts accepted at random so the mean acceptance length is this (vLLM's
+    # synthetic rejection sampling, real step costs); None = the speculator's own acceptance
+    synthetic_acceptance_length: float | None = None
 
 
 @dataclass
@@ -377,6 +381,22 @@ def check_parallelism(engine: Any, gpus: int | None = None) -> None:
     )
 
 
+def check_synthetic(spec: Any) -> None:
+    """A synthetic acceptance length needs drafts (K > 0), one K and a value in [1, K + 1]."""
+    length = spec.synthetic_acceptance_length
+    if length is None:
+        return
+    key = "spec.synthetic_acceptance_length"
+    check(spec.k > 0, key, length, "needs spec.k > 0 (drafts to accept)")
+    check(spec.k_schedule is None, key, length, "needs one K (spec.k_schedule=null)")
+    check(
+        1 <= length <= spec.k + 1,
+        key,
+        length,
+        f"must be between 1 and spec.k + 1 = {spec.k + 1} (tokens per verify step)",
+    )
+
+
 def validate(cfg: Any) -> None:
     """Check ranges and cross-field rules of a composed job config.
 
@@ -403,6 +423,7 @@ def validate(cfg: Any) -> None:
         schedule.check(
             cfg.spec.k, OmegaConf.to_object(ranges) if OmegaConf.is_config(ranges) else ranges
         )
+    check_synthetic(cfg.spec)
     check(cfg.limit is None or cfg.limit > 0, "limit", cfg.limit, "must be > 0 or null")
     check(cfg.concurrency >= 1, "concurrency", cfg.concurrency, "must be >= 1")
     check(cfg.warmup >= 0, "warmup", cfg.warmup, "must be >= 0 (0 = no warm-up)")
@@ -479,6 +500,20 @@ def validate(cfg: Any) -> None:
         cfg.variant.draft,
         f"experiment {cfg.experiment} defines drafts {sorted(cfg.models.drafts)}",
     )
+
+
+def cuda_visible() -> bool:
+    """Whether torch sees a GPU; a torch built without CUDA or ROCm (no ``libtorch_cuda`` or
+    ``libtorch_hip`` beside it) answers no without being imported (seconds)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    lib = Path(spec.origin).parent / "lib"
+    if not any(lib.glob("libtorch_cuda*")) and not any(lib.glob("libtorch_hip*")):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def with_engine_override(argv: list[str], cuda_visible: bool) -> list[str]:

@@ -39,6 +39,9 @@ class JobInfo:
     request_rate: float | None = None  # open-loop arrivals (requests/s); None = closed loop
     k_schedule: str | None = None  # K by batch size (harness.schedule.label); None = k always
     instances: int = 1  # fresh engine instances (pairs when interleaved) the problems split over
+    # drafts accepted at random to this mean acceptance length (a what-if run: outputs are
+    # not the target's, so accuracy and losslessness do not apply); None = real acceptance
+    synthetic_acceptance_length: float | None = None
 
     def to_row(self) -> dict[str, Any]:
         """Flat dict of the job columns."""

@@ -62,13 +62,15 @@ def request_schema() -> Any:
 def job_name(cfg: Any) -> str:
     """Readable, unique-per-sweep name: ``<variant>-<dataset>-k<K>-c<conc>-s<seed>-t<temp>-n<limit>``,
     plus ``-server`` on the server backend, ``-rps<rate>`` for open-loop arrivals,
-    ``-ks<schedule>`` for a K schedule, ``-i<N>`` for N engine instances and ``-r<repeat>``
-    for repeats after the first."""
+    ``-ks<schedule>`` for a K schedule, ``-a<length>`` for a synthetic acceptance length,
+    ``-i<N>`` for N engine instances and ``-r<repeat>`` for repeats after the first."""
     limit = "all" if cfg.limit is None else cfg.limit
     ranges = cfg.spec.k_schedule if cfg.spec.k > 0 else None
     load = "-server" if cfg.backend == "server" else ""
     load += "" if cfg.request_rate is None else f"-rps{cfg.request_rate:g}"
     load += "" if ranges is None else f"-ks{schedule.label(ranges)}"
+    synthetic = cfg.spec.synthetic_acceptance_length if cfg.spec.k > 0 else None
+    load += "" if synthetic is None else f"-a{synthetic:g}"
     load += f"-i{cfg.instances}" if cfg.instances > 1 else ""
     repeat = f"-r{cfg.repeat}" if cfg.repeat else ""
     return (

@@ -8,7 +8,8 @@
     python -m reports --check docs/results/tiny  # a study's report regenerated and compared
     python -m reports --write docs/results/tiny  # ... and written (after a report change)
 
-Writes ``<out-dir>/<name>/REPORT.md``, ``figures/*.png``, ``aggregates.csv``, ``fits.csv``;
+Writes ``<out-dir>/<name>/REPORT.md``, ``figures/*.png``, ``aggregates.csv``, ``fits.csv``,
+``whatif.csv`` (what-if runs only);
 ``--check`` writes nothing and exits 1 on any difference (``reports.study.check``).
 """
 

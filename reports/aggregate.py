@@ -26,7 +26,7 @@ GROUP = (
     "sweep_id", "target", "target_role", "variant", "draft", "prompt_style", "dataset",
     "difficulty", "limit", "dataset_digest",
     "temperature", "concurrency", "backend", "request_rate", "pairing", "instances", "k",
-    "k_schedule",
+    "k_schedule", "synthetic_acceptance_length",
 )  # fmt: skip
 PROBLEM_SET = ("sweep_id", "dataset", "difficulty", "limit", "dataset_digest")
 FAILED = ("abort", "error")  # vLLM finish reasons of requests that did not complete
@@ -42,7 +42,10 @@ FALLBACKS = frozenset(
     n for chains in grading.CHAINS.values() for n, _ in chains["headline"]
     if n not in {m for m, _ in chains["strict"]}
 )  # fmt: skip
-BASELINE = tuple(c for c in GROUP if c not in ("variant", "draft", "k", "k_schedule", "pairing"))
+BASELINE = tuple(
+    c for c in GROUP
+    if c not in ("variant", "draft", "k", "k_schedule", "synthetic_acceptance_length", "pairing")
+)  # fmt: skip
 RUN = ("sweep_id", "run_id")
 # What fixes a greedy output: a K > 0 run should reproduce the K = 0 run that shares these.
 SAME_OUTPUT = ("sweep_id", "target", "dataset", "prompt_style", "seed", "temperature", "max_tokens")

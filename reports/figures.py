@@ -373,6 +373,38 @@ def fig_rejections(t: ReportTables) -> Figure | None:
     )
 
 
+def fig_whatif(t: ReportTables) -> Figure | None:
+    """The what-if surface: TPOT speedup against the measured mean acceptance length at a
+    set acceptance, one line per K, the cost model's prediction dashed."""
+    rows = t.whatif.dropna(subset=["speedup_tpot"])
+    if rows.empty:
+        return None
+    series = sorted(rows["series"].unique())
+    fig, axes = plotting.panels(len(series))
+    ks = sorted(rows["k"].unique())
+    tones = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(ks)))
+    keys: dict[str, Line2D] = {}
+    for col, name in enumerate(series):
+        ax = axes[0, col]
+        for k, tone in zip(ks, tones, strict=True):
+            g = rows[(rows["series"] == name) & (rows["k"] == k)].sort_values(
+                "mean_acceptance_length"
+            )
+            if g.empty:
+                continue
+            x = g["mean_acceptance_length"]
+            ax.errorbar(x, g["speedup_tpot"], yerr=plotting.yerr(g, "speedup_tpot"), fmt="o-",
+                        capsize=3, color=tone, label=f"K = {k}")  # fmt: skip
+            ax.plot(x, g["speedup_tpot_predicted"], "--", color=tone, alpha=0.8)
+        keys["cost model"] = plotting.key(ls="--")
+        for level in (1.0, 2.0):
+            ax.axhline(level, color="k", lw=0.8, ls="-" if level == 1 else ":")
+        ax.set_xlabel("mean acceptance length (tokens per verify step)")
+        ax.set_title(name)
+    plotting.ylabel(axes[0], "TPOT speedup\n(x, vs K = 0)")
+    return plotting.finish(fig, "What-if: speedup against acceptance (95% CIs)", keys)
+
+
 REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], str], ...] = (
     (
         "speedup_forest",
@@ -381,6 +413,14 @@ REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], s
         "noise floor.",
         fig_forest,
         "no speculative runs with a K = 0 baseline of the same target",
+    ),
+    (
+        "whatif_surface",
+        "What-if runs (drafts accepted at random to a set mean acceptance length, the "
+        "speculator's real step costs): measured TPOT speedup per K against the acceptance "
+        "length measured, dashed the cost model's prediction; dotted: 2x.",
+        fig_whatif,
+        "no what-if runs (spec.synthetic_acceptance_length)",
     ),
     (
         "accuracy_by_variant",
@@ -465,9 +505,11 @@ REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], s
 
 
 def render_report(t: ReportTables, out: Path) -> list[Shown]:
-    """Draw every report figure into ``out``; absent data gives a skipped entry."""
-    if t.table.empty:
-        return [Shown(name, caption, None, "no runs") for name, caption, _, _ in REPORT_FIGURES]
+    """Draw every report figure into ``out``; absent data gives a skipped entry (without
+    runs at their own acceptance, every figure but the what-if surface)."""
     return [
-        plotting.save(fn(t), out, name, caption, note) for name, caption, fn, note in REPORT_FIGURES
+        plotting.save(fn(t), out, name, caption, note)
+        if not t.table.empty or fn is fig_whatif
+        else Shown(name, caption, None, "no runs")
+        for name, caption, fn, note in REPORT_FIGURES
     ]

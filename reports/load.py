@@ -42,6 +42,8 @@ SEQUENTIAL = "sequential"  # the pairing of runs recorded before pairing existed
 OFFLINE = "offline"  # the backend of runs recorded before backends existed
 CLOSED_LOOP = 0.0  # the request_rate column of closed-loop runs (the harness's null)
 FIXED_K = "none"  # the k_schedule column of runs at one K for every batch size
+# the synthetic_acceptance_length column of runs at their speculator's own acceptance
+REAL_ACCEPTANCE = 0.0
 NO_DRAFT = "none"  # the draft column's value for variants without a draft
 ROLE = "target_role"  # the target's key in the config (base | cot | cod); ``target`` is its model
 PROBLEM_SET = ("limit", "dataset_digest")  # added to every request and run (problem_set)
@@ -194,6 +196,9 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
     df["backend"] = df["backend"].fillna(OFFLINE)
     df["request_rate"] = df["request_rate"].fillna(CLOSED_LOOP)
     df["k_schedule"] = df["k_schedule"].fillna(FIXED_K)
+    df["synthetic_acceptance_length"] = (
+        df["synthetic_acceptance_length"].astype(float).fillna(REAL_ACCEPTANCE)
+    )
     df["instances"] = df["instances"].fillna(1).astype(int)
     df["instance"] = df["instance"].fillna(0).astype(int)
     df["correct"] = df["correct"].astype(float)
@@ -230,7 +235,8 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
     runs = pd.DataFrame([run_row(s, job) for job, (_, s) in good])
     runs["draft"] = runs["draft"].fillna(NO_DRAFT)
     for column, value in (("pairing", SEQUENTIAL), ("backend", OFFLINE),
-                          ("request_rate", CLOSED_LOOP), ("k_schedule", FIXED_K)):  # fmt: skip
+                          ("request_rate", CLOSED_LOOP), ("k_schedule", FIXED_K),
+                          ("synthetic_acceptance_length", REAL_ACCEPTANCE)):  # fmt: skip
         runs[column] = runs.get(column, pd.Series(index=runs.index, dtype=object)).fillna(value)
     runs["instances"] = runs.get("instances", pd.Series(1, index=runs.index)).fillna(1).astype(int)
     return Results(requests, runs, skipped)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness import metrics
-from reports import aggregate, hypotheses, sentinel, theory
+from reports import aggregate, hypotheses, sentinel, theory, whatif
 from reports.plotting import Shown
 
 if TYPE_CHECKING:
@@ -248,6 +248,48 @@ def _serving(rows: pd.DataFrame, cross: pd.DataFrame) -> list[str]:
         out += ["Where speculation stops paying (TPOT speedup along the request rates, req/s; "
                 "– where no rate qualifies):", "", table(cross, CROSSOVER), ""]  # fmt: skip
     return out
+
+
+WHATIF: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("series")),
+    ("conc.", _col("concurrency")),
+    ("K", _col("k")),
+    ("set accept. len", lambda r: num(r[whatif.SYNTHETIC], 2)),
+    ("measured accept. len", lambda r: num(r["mean_acceptance_length"], 2)),
+    ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
+    ("predicted", lambda r: num(r["speedup_tpot_predicted"], 2)),
+    ("measured / predicted", lambda r: num(r["measured_over_predicted"], 3)),
+    ("T_step ms", lambda r: num(r["t_step_s"], 2, 1000)),
+    ("c", lambda r: num(r["c"], 3)),
+]
+NEEDED: list[Column] = [
+    ("dataset", _col("dataset")),
+    ("variant", _col("series")),
+    ("conc.", _col("concurrency")),
+    ("K", _col("k")),
+    ("accept. len for 2x", lambda r: num(r["needed"], 2)),
+    ("best speedup measured", lambda r: num(r["best"], 2)),
+]
+
+
+def _whatif(surface: pd.DataFrame) -> list[str]:
+    """The what-if runs: measured speedup at set acceptance beside the cost model."""
+    if surface.empty:
+        return []
+    hits, points = whatif.hit_rate(surface)
+    return ["## What-if: speedup against acceptance", "",
+            "Runs with `spec.synthetic_acceptance_length`: vLLM accepted each draft at "
+            "random so the mean acceptance length is the one set, with the speculator's real "
+            "step costs, and every answer ran to max_tokens. Their outputs are not the "
+            "target's, so they have no accuracy, no losslessness and no verdict, and no other "
+            "table holds them. Predicted: the cost model from the measured acceptance and the "
+            f"calibrated step costs; {hits} of {points} points are within "
+            f"{whatif.WITHIN:.0%} of it.", "",
+            table(surface, WHATIF), "",
+            "The mean acceptance length each K needs for a 2x TPOT speedup, linear between "
+            "the measured points (– where no point reached 2x):", "",
+            table(whatif.needed(surface), NEEDED), ""]  # fmt: skip
 
 
 def _ratio(measured: str, predicted: str) -> Callable[[pd.Series], str]:
@@ -511,6 +553,8 @@ def report(
     ``preface`` lines come first, under the title."""
     which = ", ".join(sweeps) if sweeps else "all sweeps"
     out = ["# draftbench report", "", *preface]
+    if t.table.empty and not t.whatif.empty:
+        return "\n".join([*out, *_whatif(t.whatif), *_figures(shown), *_skipped(t.skipped)])
     if t.table.empty:
         out += [f"**No complete runs found** under `{source}` ({which}). Run a sweep first "
                 "(`make sweep`), then `make report` again.", "", *_skipped(t.skipped)]  # fmt: skip
@@ -558,6 +602,7 @@ def report(
         *_along(t.table),
         *_serving(t.serving, t.crossovers),
         *_schedules(t.schedules, t.schedule_checks),
+        *_whatif(t.whatif),
         *_figures(shown),
         "## All configurations",
         "",

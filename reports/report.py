@@ -60,7 +60,9 @@ def make_report(
         old.unlink()
     shown = figures.render_report(computed, fig_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for name, df in (("aggregates.csv", computed.table), ("fits.csv", computed.fits)):
+    written = {"aggregates.csv": computed.table, "fits.csv": computed.fits,
+               "whatif.csv": computed.whatif}  # fmt: skip
+    for name, df in written.items():
         (out / name).unlink(missing_ok=True)
         if not df.empty:
             df.to_csv(out / name, index=False, float_format="%.6g")

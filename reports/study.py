@@ -3,8 +3,8 @@
 ``raw/<sweep>/<job>/`` holds its runs (the harness's layout, compacted by ``python -m
 study``), ``study.json`` what made them (the study's config, commit and tree, versions,
 hardware, each step's command and wall time, the drift sentinel's re-runs, the raw data's
-size); ``REPORT.md``, ``aggregates.csv``, ``fits.csv`` and ``figures/`` are generated from
-both (:func:`write`). :func:`check` regenerates them elsewhere and lists every difference,
+size); ``REPORT.md``, ``aggregates.csv``, ``fits.csv``, ``whatif.csv`` and ``figures/`` are
+generated from both (:func:`write`). :func:`check` regenerates them elsewhere and lists every difference,
 and every number the hand-written ``README.md`` quotes that no table holds (:func:`unquoted`).
 """
 
@@ -28,7 +28,7 @@ STUDY_JSON = "study.json"
 RAW = "raw"  # the runs, <sweep>/<job>/ as the harness writes them
 README = "README.md"  # hand-written: quotes only numbers of the tables
 REPORT = "REPORT.md"
-TABLES = ("aggregates.csv", "fits.csv")
+TABLES = ("aggregates.csv", "fits.csv", "whatif.csv")
 FIGURES = "figures"
 # what a README may quote: a speedup (1.85x) and a rate (0.341)
 SPEEDUP = re.compile(r"(?<![\d.])(\d+\.\d+)x\b")

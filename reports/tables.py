@@ -8,7 +8,17 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, serving, specbench
+from reports import (
+    aggregate,
+    bootstrap,
+    fit,
+    hypotheses,
+    load,
+    rejections,
+    serving,
+    specbench,
+    whatif,
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,7 @@ class ReportTables:
     crossovers: pd.DataFrame  # serving.crossovers: where speculation stops paying
     schedules: pd.DataFrame  # serving.k_schedules: the K per batch size to deploy
     schedule_checks: pd.DataFrame  # serving.schedule_checks: each schedule's run vs fixed K
+    whatif: pd.DataFrame  # whatif.surface: runs at a set acceptance, measured vs predicted
 
 
 def _with_series(df: pd.DataFrame, multi_sweep: bool) -> pd.DataFrame:
@@ -47,7 +58,8 @@ def build_tables(
     slo: Mapping[str, float | None] | None = None,
 ) -> ReportTables:
     """Aggregate, fit and judge the loaded runs (goodput under each run's SLO, with the
-    bounds ``slo`` names in its place)."""
+    bounds ``slo`` names in its place). What-if runs go to their own table alone."""
+    results, synthetic = whatif.split(results)
     req = results.requests
     runs = aggregate.with_goodput(req, aggregate.with_lossless(req, results.runs), slo)
     positions = aggregate.positions(req, n_boot, seed)
@@ -71,4 +83,5 @@ def build_tables(
         crossovers=serving.crossovers(table),
         schedules=serving.k_schedules(table),
         schedule_checks=serving.schedule_checks(table),
+        whatif=_with_series(whatif.surface(synthetic, n_boot, seed), multi),
     )

@@ -97,8 +97,9 @@ def steps_to_emit(rates: ArrayLike, max_tokens: int) -> np.ndarray:
     acceptance a_1..a_K: a step emits j + 1 tokens with probability a_1..a_j (1 - a_(j+1))
     (a_(K+1) = 0), and the last step is cut at the output's end. For long outputs
     steps(m) / m -> 1 / E; a short output pays for a whole last step:
-    steps(m) = 1 + sum_j P(j) steps(m - j - 1), steps(m <= 0) = 0."""
-    rates = np.asarray(rates, float)
+    steps(m) = 1 + sum_j P(j) steps(m - j - 1), steps(m <= 0) = 0. A NaN rate is a position
+    no step reached (all rejected before it): none is accepted there."""
+    rates = np.nan_to_num(np.asarray(rates, float), nan=0.0)
     reach = np.append(1.0, np.cumprod(rates))
     emits = reach * np.append(1.0 - rates, 1.0)  # P(a step accepts exactly j), j = 0..K
     steps = np.zeros(max_tokens + 1)

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-from vllm.outputs import CompletionOutput, RequestOutput
 
 from harness.data.problems import Problem
 from train import data
@@ -45,10 +44,14 @@ def test_configured_prompts_digest_changes_with_the_text():
 
 
 def completion(text, finish, tokens):
+    from vllm.outputs import CompletionOutput  # imported here: vLLM takes seconds to import
+
     return CompletionOutput(0, text, tokens, None, None, finish_reason=finish)
 
 
 def test_vllm_outputs_become_replies_with_token_counts():
+    from vllm.outputs import RequestOutput
+
     done = RequestOutput(
         "r1", None, [1, 2, 3], None, [completion("1. a\n#### 5", "stop", [7, 8])], True
     )

@@ -25,3 +25,14 @@ def test_engine_settings_overrides_do_not_count_as_choosing_a_group():
 
 def test_nothing_changes_without_a_gpu():
     assert with_engine_override(["harness"], cuda_visible=False) == ["harness"]
+
+
+def test_a_torch_without_cuda_libraries_sees_no_gpu_without_being_imported():
+    import subprocess
+    import sys
+
+    code = "import sys; from harness.config import cuda_visible; print(cuda_visible(), 'torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import torch
+
+    assert run.stdout.split() == [str(torch.cuda.is_available()), str(torch.cuda.is_available())]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from vllm.v1.metrics.reader import Counter, Gauge, Vector
 
 from harness import metrics
 from harness.metrics import SpecCounts
@@ -50,6 +49,8 @@ def test_total_counts_sums_requests_position_by_position():
 
 
 def _snapshot(drafts, drafted, accepted, per_pos, engine="0"):
+    from vllm.v1.metrics.reader import Counter, Gauge, Vector  # here: vLLM is slow to import
+
     labels = {"model_name": "m", "engine": engine}
     return [
         Counter(metrics.NUM_DRAFTS, labels, drafts),
@@ -66,6 +67,8 @@ def test_snapshot_counters_are_summed_over_engines():
 
 
 def test_snapshot_without_spec_counters_is_none():
+    from vllm.v1.metrics.reader import Gauge
+
     assert metrics.counts_from_snapshot([Gauge("vllm:num_requests_running", {}, 1.0)]) is None
 
 

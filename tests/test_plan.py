@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 STUDY = ["experiment=qwen2.5", "variant=cot_sd", "spec.k=3"]
 # Runs the entry point as `python -m harness` does, with CUDA detection faked (80 GB GPU).
 FAKE_GPU = (
-    "import runpy, sys, types, torch; "
-    "torch.cuda.is_available = lambda: True; "
+    "import runpy, sys, types, torch, harness.config; "
+    "torch.cuda.is_available = harness.config.cuda_visible = lambda: True; "
     "torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(total_memory=80e9); "
     "sys.argv = ['harness', *sys.argv[1:]]; "
     "runpy.run_module('harness', run_name='__main__', alter_sys=True)"

@@ -57,6 +57,7 @@ class EngineSpec:
     method_options: tuple[tuple[str, Any], ...] = ()
     # K by batch size (num_speculative_tokens_per_batch_size); () = k at every batch size
     k_schedule: tuple[tuple[int, int, int], ...] = ()
+    synthetic_acceptance_length: float | None = None  # what-if acceptance (spec config)
 
     @classmethod
     def from_config(cls, cfg: Any) -> EngineSpec:
@@ -76,6 +77,7 @@ class EngineSpec:
             method=method if k > 0 else None,
             method_options=tuple(sorted(options.items())),
             k_schedule=tuple(tuple(entry) for entry in schedule or ()),
+            synthetic_acceptance_length=cfg.spec.synthetic_acceptance_length if k > 0 else None,
         )
 
     @classmethod
@@ -125,6 +127,9 @@ class EngineSpec:
                 "num_speculative_tokens": self.k,
                 **dict(self.method_options),
             }
+            if self.synthetic_acceptance_length is not None:
+                spec["rejection_sample_method"] = "synthetic"
+                spec["synthetic_acceptance_length"] = self.synthetic_acceptance_length
             if self.k_schedule:
                 spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in self.k_schedule]
             if self.draft is not None:

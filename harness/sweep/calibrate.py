@@ -184,11 +184,12 @@ def cache_key(entry: Entry) -> str:
 
 def job_entry(cfg: Any, spec: Any = None) -> Entry:
     """The engine spec of a composed job config (``spec`` when given: the one the job
-    runs), under the job's model names."""
+    runs), under the job's model names; a what-if spec as its speculator's own (a step
+    costs the same whichever drafts are accepted)."""
     from harness.backends.engine import EngineSpec
     from harness.sweep.runner import speculator
 
-    spec = spec or EngineSpec.from_config(cfg)
+    spec = replace(spec or EngineSpec.from_config(cfg), synthetic_acceptance_length=None)
     return Entry(cfg.models.targets[cfg.variant.target], speculator(cfg), spec.k, spec)
 
 
@@ -375,9 +376,12 @@ def replace_stale(path: Path, record: dict[str, Any]) -> Path:
 
 def on_live_engine(cfg: Any, spec: Any, llm: Any, baseline: Any = None) -> None:
     """Calibrate a job's engine ``spec``, live as ``llm``, at the job's concurrency unless
-    measured (``baseline``: the live plain engine an interleaved job runs beside)."""
+    measured (``baseline``: the live plain engine an interleaved job runs beside); a what-if
+    engine is not its entry's, so ``python -m harness.sweep.calibrate`` times that one."""
     from harness.results import sweep_dir
 
+    if spec.synthetic_acceptance_length is not None:
+        return
     out = sweep_dir(cfg) / CALIBRATION
     calibrate(job_entry(cfg, spec), [cfg.concurrency], out, False, llm, baseline)
 
@@ -479,8 +483,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import torch
+    from harness.config import cuda_visible, with_engine_override
 
-    from harness.config import with_engine_override
-
-    sys.exit(main(with_engine_override(sys.argv, torch.cuda.is_available())[1:]))
+    sys.exit(main(with_engine_override(sys.argv, cuda_visible())[1:]))

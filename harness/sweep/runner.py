@@ -75,6 +75,8 @@ class PreparedJob:
             temperature=self.info.temperature,
             seed=self.info.seed,
             max_tokens=max_tokens or self.max_tokens,
+            # a what-if run times a fixed length: its text is not the target's anyway
+            ignore_eos=self.info.synthetic_acceptance_length is not None,
         )
 
 
@@ -112,6 +114,9 @@ def job_info(cfg: Any) -> JobInfo:
             cfg.spec.draft_sample_method
             if cfg.spec.k > 0 and speculators.of(cfg.variant).samples_drafts
             else None
+        ),
+        synthetic_acceptance_length=(
+            cfg.spec.synthetic_acceptance_length if cfg.spec.k > 0 else None
         ),
     )
 
@@ -183,7 +188,7 @@ def prepare(cfg: Any) -> PreparedJob:
     check_model_dir(f"models.targets.{cfg.variant.target}", info.target)
     if cfg.spec.k > 0 and cfg.variant.draft is not None:
         check_model_dir(f"models.drafts.{cfg.variant.draft}", info.draft)
-    check_spec_len(cfg.spec.k, cfg.engine.max_model_len)  # imports vLLM (seconds): after the files
+    check_spec_len(cfg.spec.k, cfg.engine.max_model_len)
     spec, baseline = engine_specs(cfg)
     info = replace(info, pairing="sequential" if baseline is None else "interleaved")
     if spec.method is not None:

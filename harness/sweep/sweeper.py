@@ -1,8 +1,8 @@
 """Planning a multirun: which of the composed combinations run, and in what order.
 
 The Hydra plugin (``hydra_plugins/draftbench_sweeper``) composes every combination of the
-grid and hands them to :func:`plan`, which drops K > 0 for a variant without a speculator
-and the K = 0 jobs that repeat a speculator-less twin's baseline, and orders the jobs by
+grid and hands them to :func:`plan`, which drops K > 0 for a variant without a speculator,
+what-if combinations that set a longer acceptance than K + 1, and the K = 0 jobs that repeat a speculator-less twin's baseline, and orders the jobs by
 target, then engine spec (K = 0 first, dataset fastest). The rules: Sweeps in
 docs/ARCHITECTURE.md.
 """
@@ -29,18 +29,30 @@ class Plan:
     jobs: list[list[str]]
     no_draft: int
     duplicate_baselines: int
+    beyond_k: int = 0  # what-if combinations accepting more tokens than a step can
 
     def note(self) -> str | None:
         """One line on the dropped combinations; None when nothing was dropped."""
-        dropped = self.no_draft + self.duplicate_baselines
+        dropped = self.no_draft + self.duplicate_baselines + self.beyond_k
         if not dropped:
             return None
+        beyond = (
+            f"; {self.beyond_k} with spec.synthetic_acceptance_length above spec.k + 1"
+            if self.beyond_k
+            else ""
+        )
         return (
             f"sweep: running {len(self.jobs)} of {len(self.jobs) + dropped} combinations; dropped "
             f"{self.no_draft} with spec.k>0 for a variant without a draft and "
             f"{self.duplicate_baselines} k=0 runs of speculative variants that repeat their "
-            "draftless variant's baseline"
+            f"draftless variant's baseline{beyond}"
         )
+
+
+def _beyond_k(cfg: Any) -> bool:
+    """A what-if combination whose acceptance length exceeds K + 1 (a grid of K x length)."""
+    length = cfg.spec.synthetic_acceptance_length
+    return cfg.spec.k > 0 and length is not None and length > cfg.spec.k + 1
 
 
 def _key(override: str) -> str:
@@ -76,8 +88,13 @@ def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
     """
     for _, cfg in jobs:  # every combination, the ones dropped below too
         dropped = cfg.spec.k > 0 and not can_speculate(cfg.variant)
-        validate(OmegaConf.merge(cfg, {"spec": {"k": 0}}) if dropped else cfg)
-    runnable = [(list(o), c) for o, c in jobs if c.spec.k == 0 or can_speculate(c.variant)]
+        if dropped:
+            cfg = OmegaConf.merge(cfg, {"spec": {"k": 0, "synthetic_acceptance_length": None}})
+        elif _beyond_k(cfg):
+            cfg = OmegaConf.merge(cfg, {"spec": {"synthetic_acceptance_length": None}})
+        validate(cfg)
+    possible = [(o, c) for o, c in jobs if not _beyond_k(c)]
+    runnable = [(list(o), c) for o, c in possible if c.spec.k == 0 or can_speculate(c.variant)]
     draftless = {
         _baseline_identity(c) for _, c in runnable if c.spec.k == 0 and not can_speculate(c.variant)
     }
@@ -117,6 +134,7 @@ def plan(jobs: Sequence[tuple[Sequence[str], Any]]) -> Plan:
     ordered = [overrides for _, overrides in sorted(keyed, key=lambda item: item[0])]
     return Plan(
         jobs=ordered,
-        no_draft=len(jobs) - len(runnable),
+        no_draft=len(possible) - len(runnable),
         duplicate_baselines=len(runnable) - len(kept),
+        beyond_k=len(jobs) - len(possible),
     )
