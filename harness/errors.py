@@ -17,3 +17,9 @@ class DatasetError(ValueError):
 class BackendError(RuntimeError):
     """An engine or server that would not start, died or answered with an error; the message
     names it and the cause (a failed job, recorded in ``failures.jsonl``)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """``<ExceptionType>: <first line of its message>`` (the type alone without one)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import metrics as measures
+from harness.errors import first_line
 from harness.records import RequestRecord, RunSummary
 
 DB = "mlflow.db"  # the default store, under results_dir
@@ -133,9 +134,4 @@ def log_report(
 
 
 def _warn(what: str, store: str, exc: BaseException) -> None:
-    print(f"warning: tracking: {what} not logged to {store}: {_first_line(exc)}", file=sys.stderr)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    print(f"warning: tracking: {what} not logged to {store}: {first_line(exc)}", file=sys.stderr)

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from harness import provenance
+from harness.backends.engine import EngineSpec
 from harness.config import compose_config
 from harness.manifest import Manifest, write_manifest
 from harness.sweep import calibrate
@@ -192,3 +193,14 @@ def test_a_speculator_run_at_several_concurrencies_is_also_calibrated_with_specu
     speculative = entry.spec.llm_kwargs()["speculative_config"]
     assert speculative["num_speculative_tokens_per_batch_size"] == [[1, batch, 0]]
     assert speculative["model"] == entry.spec.draft
+
+
+def test_a_speculative_job_without_a_k0_job_still_calibrates_its_plain_target():
+    cfg = compose_config(["variant=cot_sd", "spec.k=3", "spec.synthetic_acceptance_length=2"])
+    target = EngineSpec.baseline(cfg)
+    assert "speculative_config" not in target.llm_kwargs()
+    plain = [e.spec for e in calibrate.entries([cfg]) if e.k == 0 and e.draft is None]
+    assert plain.count(target) == 1  # beside the draft model timed as a target
+    k0 = compose_config(["variant=cot", "spec.k=0"])  # the same plain engine: one entry
+    both = [e.spec for e in calibrate.entries([cfg, k0]) if e.k == 0 and e.draft is None]
+    assert both.count(target) == 1 and len(both) == len(plain)

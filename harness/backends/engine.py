@@ -27,7 +27,7 @@ from typing import Any
 from harness import schedule, speculators
 from harness.backends import live, reaper
 from harness.checks import resolve_model
-from harness.errors import BackendError
+from harness.errors import BackendError, first_line
 
 # Per-step accepted/drafted arrays make rejection_tokens possible; cost: two ints per step.
 SPEC_METRICS_LEVEL = "detailed"
@@ -203,7 +203,7 @@ def _start(spec: EngineSpec, _same: int = 0) -> Engine:
         reaper.reap(reaper.descendants() - before)  # what a failed or interrupted start left
         if not isinstance(exc, Exception):
             raise
-        cause = failure_cause(tee.output()) or _first_line(exc)
+        cause = failure_cause(tee.output()) or first_line(exc)
         draft = f" with draft {spec.draft}" if spec.draft else ""
         raise EngineError(
             f"vLLM could not start an engine of {spec.target}{draft}: {cause}"
@@ -340,11 +340,6 @@ def failure_cause(lines: Iterable[str]) -> str | None:
         elif level is not None and not text[0].isspace():
             logged.append(text)
     return (errors or logged or [None])[-1]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _shutdown(engine: Engine) -> None:

@@ -194,9 +194,11 @@ def job_entry(cfg: Any, spec: Any = None) -> Entry:
 
 
 def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
-    """Engine specs of the planned jobs (plus each draft model as a plain target: a head
-    cannot run alone; and each speculator at one K planned closed loop at two or more
-    concurrencies with speculation off), each with the concurrencies its jobs run at."""
+    """Engine specs of the planned jobs (plus each speculative job's plain target, which
+    prices the cost model's steps without drafts and c; each draft model as a plain
+    target: a head cannot run alone; and each speculator at one K planned closed loop at
+    two or more concurrencies with speculation off), each with the concurrencies its jobs
+    run at."""
     from harness.backends.engine import EngineSpec
 
     wanted: dict[Entry, set[int]] = {}
@@ -204,6 +206,9 @@ def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     for cfg in cfgs:
         job = job_entry(cfg)
         wanted.setdefault(job, set()).add(cfg.concurrency)
+        if job.k > 0:
+            plain = Entry(job.target, None, 0, EngineSpec.baseline(cfg))
+            wanted.setdefault(plain, set()).add(cfg.concurrency)
         if job.k > 0 and speculators.get(job.spec.method).timed_as_target:
             plain = EngineSpec.plain(job.spec.draft, dict(job.spec.settings))
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
