@@ -25,7 +25,7 @@ else
   VLLM_KIND := $(VLLM)
 endif
 
-.PHONY: help install install-suffix install-tracking test test-fast lint format sweep serve study report simulate models data data-report bench peers clean
+.PHONY: help install install-suffix install-tracking test test-slurm test-fast lint format sweep serve study report simulate models data data-report bench peers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -91,7 +91,10 @@ TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test: install install-suffix install-tracking ## run the whole test suite (unit + real-vLLM integration tests)
-	$(PYTEST) $(ARGS)
+	$(PYTEST) -m "not slurm" $(ARGS)
+
+test-slurm: install ## the SLURM launcher on a real one-node cluster (root: installs slurm-wlm, scripts/slurm-local)
+	$(PY) -m pytest -m slurm $(ARGS)
 
 test-fast: install ## run the tests that start no engine and train nothing
 	$(PYTEST) -m "not slow" $(ARGS)
