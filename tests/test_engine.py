@@ -104,7 +104,7 @@ def test_one_launch_per_spec_greedy_speculation_equals_plain_decoding_within_eac
 
 
 def test_sampled_speculation_records_the_corrections_at_rejections(overrides):
-    cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1", "temperature=1.0", "seed=3"])
+    cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1", "temperature=0.3", "seed=3"])
     summary = run_job(cfg, progress=False)
     assert summary.engine_reused and summary.engine_start_s == 0.0
     assert summary.counter_mismatch is None
@@ -118,7 +118,7 @@ def test_sampled_speculation_records_the_corrections_at_rejections(overrides):
         rejected_steps = row["acceptance_histogram"][0]  # K = 1: a rejection accepts nothing
         assert rejected_steps - 1 <= len(row["rejection_tokens"]) <= rejected_steps
         rejections += len(row["rejection_tokens"])
-    assert rejections > 0  # random models under sampling disagree often
+    assert rejections > 0  # sharpened (T = 0.3), two random models disagree often
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
