@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -40,6 +41,7 @@ from harness.records import Completion
 HOST = "127.0.0.1"
 POLL_S = 0.5
 STOP_S = 30.0  # a server's grace to shut down after SIGTERM
+EXIT_GRACE_S = 2.0  # how long a failed request waits to see whether its server exited
 LOG_LINES = 200  # the lines of a server's log searched for the cause of its exit
 
 
@@ -137,6 +139,10 @@ class Server:
             raise self._failure(group.exceptions[0]) from None
 
     def _failure(self, exc: BaseException) -> ServerError:
+        if self.process is not None:
+            # a killed server's dropped stream can arrive before its exit is seen
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=EXIT_GRACE_S)
         if self.process is not None and self.process.poll() is not None:
             code = self.process.returncode
             return ServerError(
