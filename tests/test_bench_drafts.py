@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,18 +14,17 @@ from harness import results
 from harness.backends import engine as engines
 from harness.config import compose_config
 from harness.measure import preflight
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "bench/drafts.py", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    return cli.run("bench.drafts", *args, cwd=ROOT, timeout=900)
 
 
 def _preflight(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "harness.measure.preflight", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    return cli.run("harness.measure.preflight", *args, cwd=ROOT, timeout=900)
 
 
 def test_a_directory_that_is_not_a_k0_run_is_refused(tiny_pair, tmp_path):

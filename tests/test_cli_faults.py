@@ -20,13 +20,13 @@ import pytest
 from test_reaper import all_gone, engine_core_started
 
 from harness import results
+from tests import cli
 
 pytestmark = pytest.mark.engine_processes  # what becomes of an engine's processes
 
 
-def _harness(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "harness", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+def _harness(*args: str) -> subprocess.CompletedProcess:
+    return cli.run("harness", *args)
 
 
 def _one_error(run: subprocess.CompletedProcess) -> str:
@@ -87,10 +87,9 @@ def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_pat
 
 
 def test_calibrate_checks_what_the_harness_checks_before_any_engine(tiny_pair, tmp_path):
-    command = [sys.executable, "-m", "harness.sweep.calibrate", f"models.targets.cot={tiny_pair[0]}",
-               "models.drafts.cot=/nonexistent", "variant=cot_sd", "spec.k=1",
-               f"results_dir={tmp_path}"]  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    run = cli.run("harness.sweep.calibrate", f"models.targets.cot={tiny_pair[0]}",
+                  "models.drafts.cot=/nonexistent", "variant=cot_sd", "spec.k=1",
+                  f"results_dir={tmp_path}")  # fmt: skip
     assert _one_error(run) == "error: models.drafts.cot=/nonexistent: model directory not found"
 
 
@@ -149,14 +148,7 @@ def test_a_model_directory_without_weights_is_one_line_before_any_engine(
 
 
 def _check_dataset(path: Path) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "harness.data.datasets",
-        "dataset=gsm8k",
-        f"dataset.path={path}",
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return cli.run("harness.data.datasets", "dataset=gsm8k", f"dataset.path={path}")
 
 
 GOOD_ROW = json.dumps({"question": "1+1?", "answer": "1+1=2\n#### 2"})

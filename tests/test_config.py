@@ -1,13 +1,12 @@
 """The Hydra config tree composes, and bad values fail with one readable line."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 from omegaconf import OmegaConf
 
 from harness.config import CONF_DIR, ConfigError, compose_config, group_options, validate
+from tests import cli
 
 GROUPS = ("dataset", "variant", "engine")
 
@@ -104,12 +103,9 @@ def test_unknown_dataset_fails_when_composing():
 
 
 def test_dataset_check_cli_prints_counts_and_agreement():
-    out = subprocess.run(
-        [sys.executable, "-m", "harness.data.datasets", "dataset=synth_medium", "limit=25"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    run = cli.run("harness.data.datasets", "dataset=synth_medium", "limit=25")
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = run.stdout
     assert "problems:  25" in out
     assert "agreement: 100.00%" in out
 
@@ -123,9 +119,7 @@ def test_dataset_check_cli_prints_counts_and_agreement():
     ],
 )
 def test_bad_override_fails_with_one_line_before_any_engine(override, line):
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", override], capture_output=True, text=True, timeout=120
-    )
+    proc = cli.run("harness", override)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(line)
     assert "Traceback" not in proc.stderr

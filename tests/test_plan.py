@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 from test_datasets import GSM8K_ROWS, MATH_ROWS, write_jsonl
@@ -15,31 +14,18 @@ from test_memory import DRAFT, QWEN_05B, QWEN_14B, TARGET, cache_config
 
 from harness.backends.engine import EngineSpec
 from harness.config import compose_config
+from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = ["experiment=qwen2.5", "variant=cot_sd", "spec.k=3"]
-# Runs the entry point as `python -m harness` does, with CUDA detection faked (80 GB GPU).
-FAKE_GPU = (
-    "import runpy, sys, types, torch, harness.config; "
-    "torch.cuda.is_available = harness.config.cuda_visible = lambda: True; "
-    "torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(total_memory=80e9); "
-    "sys.argv = ['harness', *sys.argv[1:]]; "
-    "runpy.run_module('harness', run_name='__main__', alter_sys=True)"
-)
 
 
 def harness(tmp_path, *args: str, gpu: bool = False) -> subprocess.CompletedProcess:
-    """``python -m harness <args> results_dir=<tmp>`` offline, with an empty hub cache."""
+    """``python -m harness <args> results_dir=<tmp>`` offline, with an empty hub cache; with
+    ``gpu``, as on a machine with one 80 GB GPU (``tests/fake_gpu.py``)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
-    entry = ["-c", FAKE_GPU] if gpu else ["-m", "harness"]
-    return subprocess.run(
-        [sys.executable, *entry, *args, f"results_dir={tmp_path / 'results'}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-    )
+    module = "tests.fake_gpu" if gpu else "harness"
+    return cli.run(module, *args, f"results_dir={tmp_path / 'results'}", cwd=ROOT, env=env)
 
 
 def test_cuda_engine_arguments():

@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 
 import matplotlib.image as mpimg
 import pandas as pd
@@ -16,7 +15,7 @@ import pytest
 from reports import figures
 from reports.__main__ import add_cli_args, main
 from reports.report import make_report
-from tests import run_fixtures
+from tests import cli, run_fixtures
 
 # every figure but the ones these runs have no data for (tests/test_whatif.py draws that one)
 ALWAYS = {name for name, *_ in figures.REPORT_FIGURES} - {
@@ -145,8 +144,7 @@ def test_cli_unknown_sweep_is_one_error_line(results, tmp_path, capsys):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "reports", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return cli.run("reports", *args)
 
 
 def test_cli_missing_results_dir_is_one_error_line(tmp_path):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 from harness.checks import check_model_dir, looks_local
 from harness.config import ConfigError, compose_config
 from harness.sweep.runner import prepare
+from tests import cli
 
 
 def _prepare(overrides: list[str]):
@@ -87,9 +87,7 @@ def test_concurrency_above_the_engines_batch_is_refused(tiny_overrides):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120
-    )
+    return cli.run("harness", *args)
 
 
 def test_cli_prints_one_error_line_and_exits_2(tiny_overrides, tmp_path):

@@ -17,7 +17,7 @@ from harness import provenance, results
 from reports import load, sentinel
 from reports import study as folder
 from study import config, raw, runner
-from tests import run_fixtures
+from tests import cli, run_fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 V = {v.name: v for v in run_fixtures.SEED_STUDY}
@@ -140,8 +140,7 @@ def test_a_study_folder_regenerates_and_check_names_a_changed_table(tmp_path):
     problems = folder.check(out)
     assert any(p.startswith("aggregates.csv: column accuracy, row 1") for p in problems)
     assert any(p.startswith("figures/") for p in problems)
-    done = subprocess.run([sys.executable, "-m", "reports", "--check", str(out)],
-                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    done = cli.run("reports", "--check", str(out), cwd=ROOT)
     assert done.returncode == 1 and "aggregates.csv: column accuracy" in done.stderr
 
 

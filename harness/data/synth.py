@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
+from functools import cache
 
 from harness.data.problems import Problem
 
@@ -146,6 +147,11 @@ class Step:
 
 def generate(difficulty: str, split: str, n: int, seed: int) -> list[Problem]:
     """``n`` distinct problems of ``difficulty`` in ``split`` (train | val | test)."""
+    return list(_generate(difficulty, split, n, seed))
+
+
+@cache  # a sweep or its plan loads each dataset once per job
+def _generate(difficulty: str, split: str, n: int, seed: int) -> tuple[Problem, ...]:
     if difficulty not in LEVELS:
         raise ValueError(f"difficulty={difficulty!r}: must be one of {', '.join(LEVELS)}")
     if split not in SPLITS:
@@ -173,7 +179,7 @@ def generate(difficulty: str, split: str, n: int, seed: int) -> list[Problem]:
                 gold_solution=cot,
             )
         )
-    return problems
+    return tuple(problems)
 
 
 def split_of(question: str) -> str:
