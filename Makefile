@@ -96,7 +96,7 @@ test: install install-suffix install-tracking ## run the whole test suite (unit 
 test-slurm: install ## the SLURM launcher on a real one-node cluster (root: installs slurm-wlm, scripts/slurm-local)
 	$(PY) -m pytest -m slurm $(ARGS)
 
-test-fast: install ## run the tests that start no engine and train nothing
+test-fast: install ## run the quick tests: no engine, no training, no job through vLLM, no whole-grid plan
 	$(PYTEST) -m "not slow" $(ARGS)
 
 lint: install ## ruff lint + format check

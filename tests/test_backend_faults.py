@@ -73,6 +73,7 @@ def _static_server(folder: Path) -> Iterator[str]:
         httpd.shutdown()
 
 
+@pytest.mark.slow  # a job through vLLM's imports
 @pytest.mark.parametrize(
     ("models", "message"),
     [

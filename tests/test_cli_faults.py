@@ -107,6 +107,7 @@ def test_a_sweep_with_nothing_to_run_says_so(tmp_path):
     assert "none of its 2 combinations can run" in _one_error(run)
 
 
+@pytest.mark.slow  # imports vLLM
 def test_spec_k_beyond_what_vllm_accepts_is_refused(tiny_overrides):
     from vllm.v1.sample.rejection_sampler import MAX_SPEC_LEN
 

@@ -9,6 +9,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
 from test_datasets import GSM8K_ROWS, MATH_ROWS, write_jsonl
 from test_memory import DRAFT, QWEN_05B, QWEN_14B, TARGET, cache_config
 
@@ -60,6 +61,7 @@ def test_a_visible_gpu_switches_the_entry_point_to_engine_cuda(tmp_path):
     assert "0.9 x the visible GPU's 80 GB" in run.stdout
 
 
+@pytest.mark.slow  # composes the study's whole grid: 11-14 s
 def test_plan_of_the_study_prints_engines_memory_and_totals_and_starts_nothing(tmp_path):
     run = harness(tmp_path, "-m", "experiment=qwen2.5", "plan=true")
     assert run.returncode == 0, run.stderr[-2000:]
@@ -126,6 +128,7 @@ def runbook_commands() -> list[list[str]]:
     return commands
 
 
+@pytest.mark.slow  # plans two whole grids: 20-30 s
 def test_runbook_commands_plan_cleanly(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
