@@ -102,6 +102,10 @@ def test_a_sweep_through_sbatch_array_tasks_equals_the_local_sweep(cluster, tiny
 def test_a_cancelled_task_leaves_no_engine_and_the_same_command_resumes_it(
     cluster, tiny_pair, tmp_path
 ):
+    # engines in processes of their own, as by default: a task still starts its engine when
+    # cancelled (an in-process engine starts in seconds and the task could finish first),
+    # and the processes checked for below exist
+    cluster = {**cluster, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     run = _sweep(cluster, tiny_pair, tmp_path)
     sweep = tmp_path / "tiny"
     try:
