@@ -1,4 +1,4 @@
-"""``python -m fake_gpu <args>``: ``python -m harness <args>`` as on a machine with one
+"""``python -m tests.fake_gpu <args>``: ``python -m harness <args>`` as on a machine with one
 80 GB CUDA GPU (torch and the entry point's detection answer yes; nothing else changes)."""
 
 import runpy

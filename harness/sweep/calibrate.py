@@ -206,13 +206,14 @@ def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     for cfg in cfgs:
         job = job_entry(cfg)
         wanted.setdefault(job, set()).add(cfg.concurrency)
-        if job.k > 0:
-            plain = Entry(job.target, None, 0, EngineSpec.baseline(cfg))
-            wanted.setdefault(plain, set()).add(cfg.concurrency)
-        if job.k > 0 and speculators.get(job.spec.method).timed_as_target:
+        if job.k == 0:
+            continue
+        target = Entry(job.target, None, 0, EngineSpec.baseline(cfg))
+        wanted.setdefault(target, set()).add(cfg.concurrency)
+        if speculators.get(job.spec.method).timed_as_target:
             plain = EngineSpec.plain(job.spec.draft, dict(job.spec.settings))
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
-        if job.k > 0 and not job.spec.k_schedule and cfg.request_rate is None:
+        if not job.spec.k_schedule and cfg.request_rate is None:
             off.setdefault(speculation_off(job), set()).add(cfg.concurrency)
     return wanted | {entry: levels for entry, levels in off.items() if len(levels) > 1}
 
