@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -28,6 +29,7 @@ CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not
 PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 96
 REQUESTS_PER_SLOT = 3  # requests per concurrency slot
+REFERENCE_REQUESTS = 5  # the drift sentinel's requests, one at a time; it keeps their median
 UNDRAFTED_STEPS = "timed apart, checked against noise"  # in a model-free proposer's identity
 K0_LEVELS = "timed per token"  # in a K schedule's identity (:func:`without_drafts`)
 PROMPT_TEXT = "Think step by step. 12 + 7 = 19, 19 * 3 = 57, 57 - 8 = 49. #### 49\n"
@@ -307,8 +309,13 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def reference(llm: Any, tokenizer: Any, k: int) -> float | None:
-    """The drift sentinel: seconds per unit of one of the fixed requests (concurrency 1)."""
-    return measure(llm, tokenizer, k, 1, requests=1).per_unit_s
+    """The drift sentinel: the median seconds per unit of :data:`REFERENCE_REQUESTS` of the
+    fixed requests, timed one after another (None when none had a unit)."""
+    times = [
+        measure(llm, tokenizer, k, 1, requests=1).per_unit_s for _ in range(REFERENCE_REQUESTS)
+    ]
+    timed = [t for t in times if t is not None]
+    return statistics.median(timed) if timed else None
 
 
 def calibrate(
