@@ -161,8 +161,13 @@ def test_calibration_sees_every_engine_step_of_a_request(overrides):
     # one output for the first token, then one per verify step: a draft model drafts at
     # every step, so vLLM's verify steps are all the others
     assert len(steps) == 3 and {r: n - 1 for r, n in steps.items()} == drafted
-    measured = calibrate.measure(engine.llm, load_tokenizer(job.spec.target), 1, 1)
+    tokenizer = load_tokenizer(job.spec.target)
+    measured = calibrate.measure(engine.llm, tokenizer, 1, 1)
     assert measured.undrafted == 0 and measured.units > 0 and measured.per_unit_s > 0
+    assert measured.baseline_per_unit_s is None
+    plain, _ = engines.get_all(job.specs)[1]  # the interleaved job's plain target
+    paired = calibrate.measure(engine.llm, tokenizer, 1, 2, requests=2, baseline=plain.llm)
+    assert paired.requests == 4 and paired.units > 0 and paired.baseline_per_unit_s > 0
 
 
 def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,20 @@ def _run_fake(tmp_path: Path, within: dict[str, list[float]], **kw) -> tuple[Pat
 SD = "cot_sd-synth_easy-k1-c1-s0"  # run_fixtures' job name
 
 
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    """A study of two runs, no flags, made once for the tests that read or edit a copy."""
+    base = tmp_path_factory.mktemp("made")
+    return _run_fake(base, {})[0]
+
+
+@pytest.fixture
+def study_copy(made, tmp_path) -> Path:
+    """A copy of :func:`made`'s study folder for a test to edit (at the same depth: its
+    REPORT.md links to docs/ relatively)."""
+    return Path(shutil.copytree(made, tmp_path / made.parent.name / made.name))
+
+
 def test_a_flagged_run_is_rerun_until_it_passes(tmp_path):
     out, fake = _run_fake(tmp_path, {SD: [1.3, 1.2, 1.01]})
     record = json.loads((out / folder.STUDY_JSON).read_text())
@@ -125,14 +140,14 @@ def test_a_run_still_flagged_is_kept_listed_and_its_verdict_widened(tmp_path):
     assert list(flagged["run_id"]) == [SD]
 
 
-def test_a_study_folder_regenerates_and_check_names_a_changed_table(tmp_path):
-    out, _ = _run_fake(tmp_path, {})
+def test_a_study_folder_regenerates_and_check_names_a_changed_table(made, study_copy):
+    out = study_copy
     assert folder.check(out) == []
     text = (out / folder.REPORT).read_text()
     git = provenance.git_state()
     assert ("**Made from a dirty tree**" in text) == bool(git["dirty"])
     body = text.split("2 runs from 1 sweep(s) under `raw` (smoke)")[1]  # after the preface
-    assert str(tmp_path) not in body  # nothing of where it was made: it regenerates anywhere
+    assert str(made.parent) not in body  # nothing of where it was made: it regenerates anywhere
     table = pd.read_csv(out / "aggregates.csv")
     table.loc[0, "accuracy"] += 0.01
     table.to_csv(out / "aggregates.csv", index=False)
@@ -144,8 +159,8 @@ def test_a_study_folder_regenerates_and_check_names_a_changed_table(tmp_path):
     assert done.returncode == 1 and "aggregates.csv: column accuracy" in done.stderr
 
 
-def test_raw_runs_are_compacted_and_read_back_complete(tmp_path):
-    out, _ = _run_fake(tmp_path, {})
+def test_raw_runs_are_compacted_and_read_back_complete(made):
+    out = made
     for job in load.job_dirs(load.sweep_paths(out / folder.RAW)):
         summary = results.complete_summary(job)  # the recorded sha256 is the copy's
         assert summary["compacted"]["dropped_columns"] == list(raw.DROPPED)
@@ -154,8 +169,8 @@ def test_raw_runs_are_compacted_and_read_back_complete(tmp_path):
     assert record["raw"]["runs"] == 2 and record["raw"]["bytes"] < 200_000
 
 
-def test_a_readme_number_missing_from_the_tables_is_named(tmp_path):
-    out, _ = _run_fake(tmp_path, {})
+def test_a_readme_number_missing_from_the_tables_is_named(study_copy):
+    out = study_copy
     speedup = pd.read_csv(out / "aggregates.csv")["speedup_tpot"].dropna().iloc[-1]
     (out / folder.README).write_text(
         f"Speculation ran {speedup:.2f}x faster; not 9.99x or 0.123.\n"

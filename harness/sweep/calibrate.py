@@ -127,7 +127,7 @@ class Measurement:
     undrafted: int = 0
     undrafted_step_s: float | None = None
     # K > 0 on an interleaved job: the plain target's seconds per token, measured on the
-    # job's baseline engine right before (the same window as ``per_unit_s``)
+    # job's baseline engine in alternation with it (the same window as ``per_unit_s``)
     baseline_per_unit_s: float | None = None
 
 
@@ -170,6 +170,7 @@ def identity(entry: Entry) -> dict[str, Any]:
         "prompt_tokens": PROMPT_TOKENS,
         "output_tokens": OUTPUT_TOKENS,
         "requests_per_slot": REQUESTS_PER_SLOT,
+        "baseline": "alternating rounds",  # earlier files timed it all before the job's engine
     }
     if entry.k > 0 and not speculators.get(spec.method).drafts_every_step:
         # steps without drafts are timed apart (earlier files charged them to verify)
@@ -241,9 +242,40 @@ def sampling_params() -> Any:
 
 
 def measure(
-    llm: Any, tokenizer: Any, k: int, concurrency: int, requests: int = REQUESTS_PER_SLOT
+    llm: Any,
+    tokenizer: Any,
+    k: int,
+    concurrency: int,
+    requests: int = REQUESTS_PER_SLOT,
+    baseline: Any = None,
 ) -> Measurement:
-    """Time ``requests`` x ``concurrency`` fixed-length requests on a live engine."""
+    """Time ``requests`` x ``concurrency`` fixed-length requests on a live engine. With
+    ``baseline`` (its target's live plain engine) the requests run in ``requests`` rounds
+    of ``concurrency``, each round's prompts on ``baseline`` right before, so both sides
+    are timed over one stretch of the machine (``baseline_per_unit_s``)."""
+    batch = prompts(tokenizer, requests * concurrency)
+    if baseline is None:
+        timings, plain = _time(llm, batch, k, concurrency), None
+    else:
+        timings, plain = [], []
+        for i in range(0, len(batch), concurrency):
+            plain += _time(baseline, batch[i : i + concurrency], 0, concurrency)
+            timings += _time(llm, batch[i : i + concurrency], k, concurrency)
+    drafted_s, undrafted_s = step_costs(timings)
+    return Measurement(
+        concurrency=concurrency,
+        requests=len(timings),
+        decode_s=sum(t.decode_s for t in timings),
+        units=sum(t.units for t in timings),
+        per_unit_s=drafted_s,
+        undrafted=sum(t.undrafted for t in timings),
+        undrafted_step_s=undrafted_s,
+        baseline_per_unit_s=None if plain is None else per_unit_s(plain),
+    )
+
+
+def _time(llm: Any, batch: list[list[int]], k: int, concurrency: int) -> list[Timing]:
+    """Each request's :class:`Timing` of ``batch`` run on ``llm`` at ``concurrency``."""
     from harness.sweep.runner import generate
 
     streams: dict[str, list[tuple[float, int]]] = {}
@@ -263,19 +295,9 @@ def measure(
             units = token_units(len(completion.token_ids))
             timings.append(decode_timing(stats.first_token_ts, stats.last_token_ts, units))
 
-    n = requests * concurrency
     stream = on_step if k > 0 else None  # plain decoding needs only the final outputs
-    generate(llm, prompts(tokenizer, n), sampling_params(), concurrency, on_output, stream)
-    drafted_s, undrafted_s = step_costs(timings)
-    return Measurement(
-        concurrency=concurrency,
-        requests=len(timings),
-        decode_s=sum(t.decode_s for t in timings),
-        units=sum(t.units for t in timings),
-        per_unit_s=drafted_s,
-        undrafted=sum(t.undrafted for t in timings),
-        undrafted_step_s=undrafted_s,
-    )
+    generate(llm, batch, sampling_params(), concurrency, on_output, stream)
+    return timings
 
 
 def without_drafts(m: Measurement) -> Measurement:
@@ -329,8 +351,8 @@ def calibrate(
     """Measure ``entry`` at the concurrencies its cache file lacks, on ``llm`` when given
     (the entry's live engine), else on an engine started only then; returns the file.
 
-    ``baseline`` (K > 0: the live plain engine of the entry's target) is measured right
-    before each concurrency, and a cached measurement without it is taken again.
+    ``baseline`` (K > 0: the live plain engine of the entry's target) is measured in
+    alternation with it (:func:`measure`), and a cached measurement without it is taken again.
     """
     from harness.backends import live
     from harness.backends.engine import OFFLINE
@@ -351,12 +373,11 @@ def calibrate(
         llm = live.get(OFFLINE, entry.spec)[0].llm
     tokenizer = load_tokenizer(entry.spec.target)
     for concurrency in todo:
-        plain = measure(baseline, tokenizer, 0, concurrency).per_unit_s if paired else None
-        if entry.k > 0 and entry.spec.k_at(concurrency) == 0:  # a schedule's K = 0 level
-            measured = without_drafts(measure(llm, tokenizer, 0, concurrency))
-        else:
-            measured = measure(llm, tokenizer, entry.k, concurrency)
-        measured = replace(measured, baseline_per_unit_s=plain)
+        k0 = entry.k > 0 and entry.spec.k_at(concurrency) == 0  # a schedule's K = 0 level
+        paired_with = baseline if paired else None
+        measured = measure(llm, tokenizer, 0 if k0 else entry.k, concurrency, baseline=paired_with)
+        if k0:
+            measured = without_drafts(measured)
         done[concurrency] = asdict(measured)
         schedule = f" k_schedule={entry.k_schedule}" if entry.k_schedule else ""
         print(f"calibration {entry.target} draft={entry.draft} K={entry.k}{schedule} "
