@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,8 +33,9 @@ def looks_local(name: str) -> bool:
 
 
 def resolve_model(name: str) -> str:
-    """An absolute path for a local model directory; a hub id unchanged."""
-    return str(Path(name).expanduser().resolve()) if looks_local(name) else name
+    """An absolute path for a local model directory (symlinks not followed, so a model
+    under a linked ``models/`` is recorded inside the checkout); a hub id unchanged."""
+    return os.path.abspath(Path(name).expanduser()) if looks_local(name) else name
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")  # a model directory's weight files

@@ -13,6 +13,7 @@ import pytest
 
 from harness import provenance, results
 from harness.backends.engine import EngineSpec
+from harness.checks import resolve_model
 from harness.config import ConfigError, compose_config, validate
 from harness.manifest import Manifest, write_manifest
 from harness.sweep.job import models_used, repeat_configs, run_key
@@ -133,3 +134,15 @@ def test_a_model_inside_the_checkout_is_recorded_relative_to_it(own_pair, monkey
     inside = provenance.model_identity(str(target))
     assert inside["model"] == target.name and inside["files"] == outside["files"]
     assert inside["digest"] != outside["digest"]
+
+
+def test_a_model_under_a_linked_models_dir_is_recorded_inside_the_checkout(
+    tiny_pair, tmp_path, monkeypatch
+):
+    target, _ = tiny_pair
+    checkout = tmp_path / "clone"
+    checkout.mkdir()
+    (checkout / "models").symlink_to(target.parent)  # models/ linked from elsewhere
+    monkeypatch.setattr(provenance, "CHECKOUT", checkout)
+    name = resolve_model(str(checkout / "models" / target.name))
+    assert provenance.model_identity(name)["model"] == f"models/{target.name}"
