@@ -168,6 +168,6 @@ def save(fig: Figure | None, out: Path, name: str, caption: str, note: str) -> S
         return Shown(name, caption, None, note)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(path, dpi=DPI, metadata={"Software": None})
     plt.close(fig)
     return Shown(name, caption, path)
