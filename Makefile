@@ -10,6 +10,9 @@ VLLM_VERSION := 0.32.0
 # Force one with `make install VLLM=cuda` or `make install VLLM=cpu`.
 VLLM ?= auto
 ARGS ?=
+# Python writes its bytecode cache even where the environment turns it off: the test
+# workers, the CLI tests' processes and the sweeps' jobs import the same modules again
+unexport PYTHONDONTWRITEBYTECODE
 # `make data experiment=qwen2.5` (the pipeline stages take the experiment by name);
 # an `experiment=` inside ARGS wins, so `make sweep ARGS="experiment=smollm2 ..."` builds its models.
 experiment ?= tiny
