@@ -170,8 +170,9 @@ def identity(entry: Entry) -> dict[str, Any]:
         "prompt_tokens": PROMPT_TOKENS,
         "output_tokens": OUTPUT_TOKENS,
         "requests_per_slot": REQUESTS_PER_SLOT,
-        "baseline": "alternating rounds",  # earlier files timed it all before the job's engine
     }
+    if entry.k > 0:  # earlier files timed the job's baseline all before its engine
+        ident["baseline"] = "alternating rounds"
     if entry.k > 0 and not speculators.get(spec.method).drafts_every_step:
         # steps without drafts are timed apart (earlier files charged them to verify)
         ident["undrafted_steps"] = UNDRAFTED_STEPS
@@ -333,9 +334,8 @@ def read(path: Path) -> dict[str, Any] | None:
 def reference(llm: Any, tokenizer: Any, k: int) -> float | None:
     """The drift sentinel: the median seconds per unit of :data:`REFERENCE_REQUESTS` of the
     fixed requests, timed one after another (None when none had a unit)."""
-    times = [
-        measure(llm, tokenizer, k, 1, requests=1).per_unit_s for _ in range(REFERENCE_REQUESTS)
-    ]
+    batch = prompts(tokenizer, 1) * REFERENCE_REQUESTS
+    times = [step_costs([t])[0] for t in _time(llm, batch, k, 1)]
     timed = [t for t in times if t is not None]
     return statistics.median(timed) if timed else None
 
