@@ -87,7 +87,10 @@ class FakeGemini:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # polled every 10 ms: shutdown() waits out a poll (0.5 s by default) in every test
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.01,), daemon=True
+        )
         self._thread.start()
         return self
 

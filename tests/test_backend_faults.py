@@ -68,7 +68,7 @@ def _static_server(folder: Path) -> Iterator[str]:
     """A stdlib HTTP server of ``folder`` on loopback (GET only: a POST answers 501)."""
     handler = functools.partial(_Files, directory=str(folder))
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True).start()
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
         httpd.shutdown()
 

@@ -33,6 +33,7 @@ def default_grid():
     )
 
 
+@pytest.mark.slow  # plans the whole default grid (60 composed configs)
 def test_default_grid_drops_draftless_speculation_and_duplicate_baselines(default_grid):
     planned = plan(default_grid)
     assert (planned.no_draft, planned.duplicate_baselines) == (27, 6)
@@ -40,6 +41,7 @@ def test_default_grid_drops_draftless_speculation_and_duplicate_baselines(defaul
     assert "dropped 27 with spec.k>0 for a variant without a draft" in planned.note()
 
 
+@pytest.mark.slow
 def test_each_engine_spec_runs_in_one_block_by_target_baseline_first_dataset_fastest(
     default_grid,
 ):
