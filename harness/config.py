@@ -167,6 +167,7 @@ class Config:
     repeat: int = 0  # which of those runs this is (set by the harness)
     pairing: str = "interleaved"  # interleaved | sequential (harness.measure.pairing)
     instances: int = 1  # fresh engine instances (pairs when interleaved) per job
+    sentinel_requests: int = 5  # the drift sentinel's reference requests at each end of a job
     results_dir: str = "results"
     datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
     sweep: str = "${experiment}"
@@ -431,6 +432,7 @@ def validate(cfg: Any) -> None:
     check_choice("pairing", cfg.pairing, PAIRINGS)
     check_choice("tracking.name", cfg.tracking.name, TRACKERS)
     check(cfg.instances >= 1, "instances", cfg.instances, "must be >= 1")
+    check(cfg.sentinel_requests >= 1, "sentinel_requests", cfg.sentinel_requests, "must be >= 1")
     check(
         cfg.limit is None or cfg.instances <= cfg.limit,
         "instances",

@@ -31,9 +31,10 @@ FAILURES = "failures.jsonl"
 SERVER_LOGS = ".servers"  # the logs of the servers a sweep started (hidden: not a job)
 # Keys that do not change what a job computes: left out of the config hash.
 # ``repeats``/``repeat`` only label runs: each repeat's seed is in its config; the report
-# applies ``slo`` to the stored per-request times.
+# applies ``slo`` to the stored per-request times; ``sentinel_requests`` times only the drift
+# sentinel, not the job's requests.
 UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat", "slo",
-                 "tracking")  # fmt: skip
+                 "tracking", "sentinel_requests")  # fmt: skip
 
 
 def arrow_type(hint: Any) -> Any:

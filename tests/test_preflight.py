@@ -95,7 +95,7 @@ def estimate_and_measure(
     key = compose_config([f"variant={variant}"]).variant.draft
     common = [f"models.targets.cot={target}", f"models.drafts.{key}={draft}",
               f"results_dir={tmp_path / 'results'}", "limit=6", "max_tokens=40",
-              "calibrate=false", "pairing=sequential"]  # fmt: skip
+              "calibrate=false", "pairing=sequential", "sentinel_requests=1"]  # fmt: skip
     engines.clear()
     try:
         base_cfg = compose_config([*common, "variant=cot", "spec.k=0"])

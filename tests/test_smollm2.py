@@ -54,6 +54,7 @@ def overrides(tmp_path_factory) -> list[str]:
         "limit=2",
         "max_tokens=48",
         "pairing=sequential",
+        "sentinel_requests=1",  # the sentinel's default five requests x 2 ends cost a minute a job
     ]
     engines.clear()
 

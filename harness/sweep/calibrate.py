@@ -29,7 +29,6 @@ CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not
 PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 96
 REQUESTS_PER_SLOT = 3  # requests per concurrency slot
-REFERENCE_REQUESTS = 5  # the drift sentinel's requests, one at a time; it keeps their median
 UNDRAFTED_STEPS = "timed apart, checked against noise"  # in a model-free proposer's identity
 K0_LEVELS = "timed per token"  # in a K schedule's identity (:func:`without_drafts`)
 PROMPT_TEXT = "Think step by step. 12 + 7 = 19, 19 * 3 = 57, 57 - 8 = 49. #### 49\n"
@@ -331,10 +330,10 @@ def read(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def reference(llm: Any, tokenizer: Any, k: int) -> float | None:
-    """The drift sentinel: the median seconds per unit of :data:`REFERENCE_REQUESTS` of the
-    fixed requests, timed one after another (None when none had a unit)."""
-    batch = prompts(tokenizer, 1) * REFERENCE_REQUESTS
+def reference(llm: Any, tokenizer: Any, k: int, requests: int) -> float | None:
+    """The drift sentinel: the median seconds per unit of ``requests`` fixed requests,
+    timed one after another (None when none had a unit)."""
+    batch = prompts(tokenizer, 1) * requests
     times = [step_costs([t])[0] for t in _time(llm, batch, k, 1)]
     timed = [t for t in times if t is not None]
     return statistics.median(timed) if timed else None

@@ -114,18 +114,18 @@ class Reference:
     on its baseline engine when interleaved (the plain target, the same across the
     target's jobs), else on its own."""
 
-    def __init__(self, job: PreparedJob, llm: Any):
+    def __init__(self, job: PreparedJob, llm: Any, requests: int):
         from harness.checks import load_tokenizer
 
-        self.llm, self.tokenizer = llm, load_tokenizer(job.spec.target)
+        self.llm, self.tokenizer, self.requests = llm, load_tokenizer(job.spec.target), requests
         self.k = 0 if job.baseline is not None else job.info.k
         self.engine = "baseline" if job.baseline is not None else "job"
-        self.start_s = calibrate.reference(llm, self.tokenizer, self.k)
+        self.start_s = calibrate.reference(llm, self.tokenizer, self.k, requests)
         self.end_s: float | None = None
 
     def end(self) -> None:
         """Time the reference again, after the job's requests."""
-        self.end_s = calibrate.reference(self.llm, self.tokenizer, self.k)
+        self.end_s = calibrate.reference(self.llm, self.tokenizer, self.k, self.requests)
 
     def to_row(self) -> dict[str, Any]:
         """The summary's ``reference``: engine, k, start_s and end_s (seconds per unit)."""
@@ -208,7 +208,7 @@ def _offline(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome:
             warm_up(job, Offline(llm))
         if cfg.calibrate and index == 0:
             calibrate.on_live_engine(cfg, job.spec, engine.llm, baseline)
-        reference = Reference(job, baseline or engine.llm)
+        reference = Reference(job, baseline or engine.llm, cfg.sentinel_requests)
         pair = None if baseline is None else Offline(baseline)
         records, wall_s, counts = run(job, Offline(engine.llm), progress, pair)
         reference.end()
