@@ -4,6 +4,7 @@
     python bench/instances.py --instances 6 --passes 8
     PYTHONHASHSEED=0 python bench/instances.py         # a setting under test: env or overrides
     python bench/instances.py --csv out.csv --label default   # append each pass's row to a table
+    python bench/instances.py --summary out.csv      # each setting's figures from such a table
     python bench/instances.py experiment=smollm2 variant=base dataset=gsm8k \\
         datasets_dir=path/to/datasets max_tokens=128
 
@@ -35,6 +36,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--passes", type=int, default=8, help="timed runs of the request in each")
     parser.add_argument("--csv", type=Path, help="append (label, instance, pass, tpot_ms) rows")
     parser.add_argument("--label", default="default", help="the setting's name in --csv")
+    parser.add_argument("--summary", type=Path, help="print each label's figures of a --csv table")
     return parser
 
 
@@ -60,6 +62,8 @@ def tpot_of_passes(job: PreparedJob, backend: Offline, passes: int) -> list[floa
 
 def main(argv: list[str]) -> int:
     args = make_parser().parse_args(argv)
+    if args.summary:
+        return summarize(args.summary)
     if args.instances < 2 or args.passes < 2:
         print("error: --instances and --passes must be at least 2", file=sys.stderr)
         return 2
@@ -84,7 +88,6 @@ def main(argv: list[str]) -> int:
 def measure(args: argparse.Namespace, overrides: list[str]) -> int:
     """Time the instances and print (and append) the figures."""
     import pandas as pd
-    from scipy import stats
 
     from harness.backends import engine as engines
     from harness.config import compose_config
@@ -101,23 +104,42 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> int:
             engines.clear()  # a fresh instance
             backend = Offline(engines.get(job.spec)[0].llm)
             warm_up(job, backend)
-            tpot = [t * 1e3 for t in tpot_of_passes(job, backend, args.passes)]
+            tpot = [round(t * 1e3, 4) for t in tpot_of_passes(job, backend, args.passes)]
             groups.append(tpot)
             mean = statistics.fmean(tpot)
             print(f"{i:<9} {mean:14.3f} {statistics.stdev(tpot) / mean:10.1%}", flush=True)
     finally:
         engines.clear()
     if args.csv:
-        rows = [{"label": args.label, "instance": i, "pass": p, "tpot_ms": round(t, 4)}
+        rows = [{"label": args.label, "instance": i, "pass": p, "tpot_ms": t}
                 for i, g in enumerate(groups) for p, t in enumerate(g)]  # fmt: skip
         pd.DataFrame(rows).to_csv(args.csv, mode="a", header=not args.csv.exists(), index=False)
+    print(spread(groups))
+    return 0
+
+
+def spread(groups: list[list[float]]) -> str:
+    """One line: the instance means' range and spread, the passes' spread within an
+    instance, and a one-way ANOVA of instance."""
+    from scipy import stats
+
     means = [statistics.fmean(g) for g in groups]
     within = statistics.fmean(statistics.stdev(g) / statistics.fmean(g) for g in groups)
     anova = stats.f_oneway(*groups)
-    print(f"instance means: {min(means):.3f}-{max(means):.3f} ms, "
-          f"(max - min) / median {(max(means) - min(means)) / statistics.median(means):.1%}, "
-          f"CV {statistics.stdev(means) / statistics.fmean(means):.1%}; within an instance "
-          f"CV {within:.1%}; ANOVA F = {anova.statistic:.2f}, p = {anova.pvalue:.2g}")  # fmt: skip
+    return (f"instance means: {min(means):.3f}-{max(means):.3f} ms, "
+            f"(max - min) / median {(max(means) - min(means)) / statistics.median(means):.1%}, "
+            f"CV {statistics.stdev(means) / statistics.fmean(means):.1%}; within an instance "
+            f"CV {within:.1%}; ANOVA F = {anova.statistic:.2f}, p = {anova.pvalue:.2g}")  # fmt: skip
+
+
+def summarize(table: Path) -> int:
+    """Print :func:`spread` for each label of a ``--csv`` table, in the table's order."""
+    import pandas as pd
+
+    rows = pd.read_csv(table)
+    for label, runs in rows.groupby("label", sort=False):
+        groups = [list(g["tpot_ms"]) for _, g in runs.groupby("instance")]
+        print(f"{label}: {len(groups)} instances x {len(groups[0])} passes; {spread(groups)}")
     return 0
 
 

@@ -35,4 +35,8 @@ def test_each_instance_times_the_same_request_and_the_table_gets_every_pass(
     assert (table["label"] == "here").all() and (table["tpot_ms"] > 0).all()
     printed = capsys.readouterr().out
     assert "ANOVA F = " in printed and printed.count("\n") >= 5
+    assert _bench().main(["--summary", str(out)]) == 0  # the same figures, from the table
+    summary = capsys.readouterr().out
+    assert summary.startswith("here: 2 instances x 3 passes; instance means: ")
+    assert summary.split("; ", 1)[1] == printed.splitlines()[-1] + "\n"
     assert _bench().main(["--instances", "1"]) == 2  # one instance has no spread to show
