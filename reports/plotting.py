@@ -36,8 +36,13 @@ DPI = 110
 PANEL = (4.6, 3.6)  # inches per subplot
 COLS = 3  # panels per row at most
 K_LABEL = "K (draft tokens per verify step)"
+# every shipped variant its own colour (conf/variant/); a speculator family's CoT variant
+# in a dark shade, its CoD variant in a light one
 COLORS = {"base": "#7f7f7f", "cot": "#4c8bd6", "cod": "#f28e2b", "cot_sd": "#0b3d91",
-          "cod_sd": "#b3470f"}  # fmt: skip
+          "cod_sd": "#b3470f", "cot_eagle3": "#6a3d9a", "cod_eagle3": "#b294c7",
+          "cot_ngram": "#33a02c", "cod_ngram": "#98d176", "cot_suffix": "#c2185b",
+          "cod_suffix": "#f48fb1", "base_cot": "#17becf", "base_cod": "#bcbd22",
+          "base_cot_ngram": "#006d6f", "base_cod_ngram": "#6b6b00"}  # fmt: skip
 PALETTE = plt.get_cmap("tab10").colors
 
 

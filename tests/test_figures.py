@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import pytest
 
@@ -9,6 +11,7 @@ from reports import figures, load, plotting, tables
 from reports.report import make_report
 from tests import run_fixtures
 
+ROOT = Path(__file__).resolve().parent.parent
 V = {x.name: x for x in run_fixtures.SEED_STUDY}
 
 
@@ -76,3 +79,10 @@ def test_panels_wrap_into_at_most_three_columns():
     assert spans == [(1, 0), (1, 1), (1, 2), (3, 0), (3, 1)]
     assert sum(ax.get_visible() for ax in fig.axes) == 10  # the sixth cell's two are hidden
     plt.close(fig)
+
+
+def test_every_shipped_variant_has_a_colour_of_its_own():
+    variants = sorted(p.stem for p in (ROOT / "conf" / "variant").glob("*.yaml"))
+    colours = [plotting.color(v) for v in variants]
+    assert len(variants) >= 15 and len(set(colours)) == len(variants)
+    assert plotting.color("sweep/cot_suffix") == plotting.color("cot_suffix")
