@@ -89,6 +89,21 @@ def test_steps_without_drafts_and_nothing_accepted_leave_the_verify_step_unknown
     assert calibrate.step_costs([timing]) == (None, None)
 
 
+def test_identity_names_models_inside_the_checkout_relative_to_it(tmp_path):
+    settings = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.3,
+                "tensor_parallel_size": 1, "enforce_eager": True, "max_num_seqs": 4,
+                "enable_prefix_caching": False}  # fmt: skip
+    inside = str(provenance.CHECKOUT / "models" / "tiny" / "target_cot")
+    outside = str(tmp_path / "draft")
+    plain = EngineSpec.plain(inside, settings)
+    spec = dataclasses.replace(plain, k=3, draft=outside, method="draft_model")
+    ident = calibrate.identity(calibrate.Entry("t", outside, 3, spec))
+    assert ident["llm_kwargs"]["model"] == "models/tiny/target_cot"
+    assert ident["llm_kwargs"]["speculative_config"]["model"] == outside
+    assert list(ident["models"]) == ["models/tiny/target_cot", outside]
+    assert spec.llm_kwargs()["model"] == inside  # what vLLM loads is unchanged
+
+
 def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
     from harness.backends.engine import EngineSpec
 

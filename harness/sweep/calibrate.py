@@ -154,15 +154,27 @@ def speculation_off(entry: Entry) -> Entry:
     )
 
 
+def _named(model: str) -> str:
+    """A model as the identity names it: relative to the checkout when inside it (where a
+    checkout sits is not part of what ran), else as given."""
+    return provenance.in_checkout(model) or model
+
+
 def identity(entry: Entry) -> dict[str, Any]:
     """Everything the cached numbers depend on: engine arguments, models (the run key's
     identity), the calibration's settings, the installed versions and the hardware."""
     spec = entry.spec
+    kwargs = spec.llm_kwargs()
+    kwargs["model"] = _named(kwargs["model"])
+    if "model" in kwargs.get("speculative_config", {}):
+        kwargs["speculative_config"]["model"] = _named(kwargs["speculative_config"]["model"])
     ident = {
-        "llm_kwargs": spec.llm_kwargs(),
+        "llm_kwargs": kwargs,
         "env": spec.env(),
         "models": {
-            m: provenance.model_identity(m)["digest"] for m in (spec.target, spec.draft) if m
+            _named(m): provenance.model_identity(m)["digest"]
+            for m in (spec.target, spec.draft)
+            if m
         },
         "versions": provenance.versions(),
         "hardware": provenance.hardware(dict(spec.settings)["device"]),
