@@ -89,7 +89,7 @@ def test_steps_without_drafts_and_nothing_accepted_leave_the_verify_step_unknown
     assert calibrate.step_costs([timing]) == (None, None)
 
 
-def test_identity_names_models_inside_the_checkout_relative_to_it(tmp_path):
+def test_identity_names_models_inside_the_checkout_relative_to_it(tmp_path, monkeypatch):
     settings = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.3,
                 "tensor_parallel_size": 1, "enforce_eager": True, "max_num_seqs": 4,
                 "enable_prefix_caching": False}  # fmt: skip
@@ -102,6 +102,9 @@ def test_identity_names_models_inside_the_checkout_relative_to_it(tmp_path):
     assert ident["llm_kwargs"]["speculative_config"]["model"] == outside
     assert list(ident["models"]) == ["models/tiny/target_cot", outside]
     assert spec.llm_kwargs()["model"] == inside  # what vLLM loads is unchanged
+    monkeypatch.chdir(provenance.CHECKOUT / "docs")  # a hub id is no path, wherever we are
+    hub = calibrate.identity(calibrate.Entry("h", None, 0, EngineSpec.plain("org/model", settings)))
+    assert hub["llm_kwargs"]["model"] == "org/model" and list(hub["models"]) == ["org/model"]
 
 
 def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import metrics, provenance, schedule, speculators
-from harness.checks import command
+from harness.checks import command, looks_local
 from harness.files import json_digest, write_text
 
 CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not a run)
@@ -155,9 +155,9 @@ def speculation_off(entry: Entry) -> Entry:
 
 
 def _named(model: str) -> str:
-    """A model as the identity names it: relative to the checkout when inside it (where a
-    checkout sits is not part of what ran), else as given."""
-    return provenance.in_checkout(model) or model
+    """A model as the identity names it: a local one relative to the checkout when inside
+    it (where a checkout sits is not part of what ran), else as given (a hub id)."""
+    return (looks_local(model) and provenance.in_checkout(model)) or model
 
 
 def identity(entry: Entry) -> dict[str, Any]:
