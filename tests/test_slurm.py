@@ -31,11 +31,13 @@ KNOBS = ["hydra/launcher=submitit_slurm", "hydra.launcher.partition=local",
 def cluster(tmp_path_factory):
     """A one-node cluster for this module; its environment for sbatch and squeue."""
     env = {**os.environ, "SLURM_LOCAL_DIR": str(tmp_path_factory.mktemp("slurm"))}
-    start = subprocess.run([SCRIPT, "start"], env=env, capture_output=True, text=True)
-    assert start.returncode == 0, start.stdout + start.stderr
-    env["SLURM_CONF"] = f"{env['SLURM_LOCAL_DIR']}/slurm.conf"
-    yield env
-    subprocess.run([SCRIPT, "stop"], env=env, capture_output=True, text=True)
+    try:
+        start = subprocess.run([SCRIPT, "start"], env=env, capture_output=True, text=True)
+        assert start.returncode == 0, start.stdout + start.stderr
+        env["SLURM_CONF"] = f"{env['SLURM_LOCAL_DIR']}/slurm.conf"
+        yield env
+    finally:  # a half-started cluster's daemons are stopped too
+        subprocess.run([SCRIPT, "stop"], env=env, capture_output=True, text=True)
 
 
 def _sweep(cluster, tiny_pair, results_dir: Path, target: Path | None = None, slurm=True):
