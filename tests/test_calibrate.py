@@ -13,6 +13,10 @@ from harness.manifest import Manifest, write_manifest
 from harness.sweep import calibrate
 from harness.sweep.calibrate import decode_timing, per_unit_s, token_units
 
+SETTINGS = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.3,
+            "tensor_parallel_size": 1, "enforce_eager": True, "max_num_seqs": 4,
+            "enable_prefix_caching": False}  # fmt: skip
+
 
 def test_step_time_is_decode_time_over_verify_steps_pooled_over_requests():
     # request 1: first token at 10.0 s, last at 10.5 s, 50 verify steps (10 ms a step);
@@ -90,12 +94,9 @@ def test_steps_without_drafts_and_nothing_accepted_leave_the_verify_step_unknown
 
 
 def test_identity_names_models_inside_the_checkout_relative_to_it(tmp_path, monkeypatch):
-    settings = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.3,
-                "tensor_parallel_size": 1, "enforce_eager": True, "max_num_seqs": 4,
-                "enable_prefix_caching": False}  # fmt: skip
     inside = str(provenance.CHECKOUT / "models" / "tiny" / "target_cot")
     outside = str(tmp_path / "draft")
-    plain = EngineSpec.plain(inside, settings)
+    plain = EngineSpec.plain(inside, SETTINGS)
     spec = dataclasses.replace(plain, k=3, draft=outside, method="draft_model")
     ident = calibrate.identity(calibrate.Entry("t", outside, 3, spec))
     assert ident["llm_kwargs"]["model"] == "models/tiny/target_cot"
@@ -103,26 +104,21 @@ def test_identity_names_models_inside_the_checkout_relative_to_it(tmp_path, monk
     assert list(ident["models"]) == ["models/tiny/target_cot", outside]
     assert spec.llm_kwargs()["model"] == inside  # what vLLM loads is unchanged
     monkeypatch.chdir(provenance.CHECKOUT / "docs")  # a hub id is no path, wherever we are
-    hub = calibrate.identity(calibrate.Entry("h", None, 0, EngineSpec.plain("org/model", settings)))
+    hub = calibrate.identity(calibrate.Entry("h", None, 0, EngineSpec.plain("org/model", SETTINGS)))
     assert hub["llm_kwargs"]["model"] == "org/model" and list(hub["models"]) == ["org/model"]
 
 
 def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
-    from harness.backends.engine import EngineSpec
-
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)  # a test worker sets it
 
     model = tmp_path / "m"
     model.mkdir()
     built = Manifest("target_cot", "full", "", "k1", "d", {}, 1, None, None, 1.0, 1)
     write_manifest(model, built)
-    settings = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.3,
-                "tensor_parallel_size": 1, "enforce_eager": True, "max_num_seqs": 4,
-                "enable_prefix_caching": False}  # fmt: skip
-    entry = calibrate.Entry("m", None, 0, EngineSpec.plain(str(model), settings))
+    entry = calibrate.Entry("m", None, 0, EngineSpec.plain(str(model), SETTINGS))
     key = calibrate.cache_key(entry)
     assert calibrate.cache_key(entry) == key
-    other = EngineSpec.plain(str(model), {**settings, "max_num_seqs": 8})
+    other = EngineSpec.plain(str(model), {**SETTINGS, "max_num_seqs": 8})
     assert calibrate.cache_key(calibrate.Entry("m", None, 0, other)) != key
     write_manifest(model, dataclasses.replace(built, key="k2", steps=2))  # retrained
     assert calibrate.cache_key(entry) != key
@@ -140,7 +136,7 @@ def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
     monkeypatch.setattr(provenance, "hardware", lambda device: {**machine, "cpu": "another"})
     assert calibrate.cache_key(entry) != key  # another node of a mixed cluster
     monkeypatch.setattr(provenance, "hardware", real)
-    bound = EngineSpec.plain(str(model), {**settings, "cpu_threads_bind": "1"})
+    bound = EngineSpec.plain(str(model), {**SETTINGS, "cpu_threads_bind": "1"})
     assert bound.env()["VLLM_CPU_OMP_THREADS_BIND"] == "1"
     assert calibrate.cache_key(calibrate.Entry("m", None, 0, bound)) != key  # another placement
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")  # set in the shell: recorded, keyed
