@@ -29,7 +29,8 @@ def test_each_instance_times_the_same_request_and_the_table_gets_every_pass(
             "--label", "here"]  # fmt: skip
     assert _bench().main(args) == 0
     table = pd.read_csv(out)
-    assert list(table.columns) == ["label", "instance", "pass", "tpot_ms"]
+    assert list(table.columns) == ["label", "instance", "pass", "tpot_ms", "pair"]
+    assert table["pair"].isna().all()  # one at a time: no pairs
     runs = sorted(zip(table["instance"], table["pass"], strict=True))
     assert runs == [(i, p) for i in (0, 1) for p in (0, 1, 2)]
     assert (table["label"] == "here").all() and (table["tpot_ms"] > 0).all()
@@ -40,3 +41,27 @@ def test_each_instance_times_the_same_request_and_the_table_gets_every_pass(
     assert summary.startswith("here: 2 instances x 3 passes; instance means: ")
     assert summary.split("; ", 1)[1] == printed.splitlines()[-1] + "\n"
     assert _bench().main(["--instances", "1"]) == 2  # one instance has no spread to show
+
+
+def test_live_pairs_take_turns_and_the_summary_gives_each_pairs_ratio(tiny_pair, tmp_path, capsys):
+    target, _ = tiny_pair
+    out = tmp_path / "pairs.csv"
+    args = [f"models.targets.cot={target}", "variant=cot", "max_tokens=16",
+            f"results_dir={tmp_path}", "--paired", "--instances", "4", "--passes", "2",
+            "--csv", str(out), "--label", "pairs"]  # fmt: skip
+    assert _bench().main(args) == 0
+    table = pd.read_csv(out)
+    assert sorted(zip(table["instance"], table["pair"], strict=True)) == [
+        (i, i // 2) for i in (0, 1, 2, 3) for _ in (0, 1)
+    ]
+    means = table.groupby("instance")["tpot_ms"].mean()
+    printed = capsys.readouterr().out.splitlines()
+    ratios = printed[-1].split(": ", 1)[1].split(";")[0].split()
+    assert [float(r) for r in ratios] == [
+        pytest.approx(means[i] / means[i + 1], abs=5e-4) for i in (0, 2)
+    ]
+    assert _bench().main(["--summary", str(out)]) == 0
+    summary = capsys.readouterr().out.splitlines()
+    assert summary[0].startswith("pairs: 4 instances (live pairs) x 2 passes; ")
+    assert summary[1] == "pairs: " + printed[-1]
+    assert _bench().main(["--paired", "--instances", "3"]) == 2  # a pair needs two
