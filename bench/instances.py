@@ -188,14 +188,24 @@ def spread(groups: list[list[float]]) -> str:
 
 def pairs_line(groups: list[list[float]]) -> str:
     """One line for live pairs (instances 2p, 2p + 1): each pair's ratio of mean TPOT, first
-    started over second, their median, and how many read above 1 (first started slower)."""
+    started over second, their median, how many read above 1 (first started slower), and an
+    F test of instance within pair (a nested ANOVA, the pair as a block that shares its
+    minutes): do two live instances differ by more than their passes vary?"""
+    from scipy import stats
+
     means = [statistics.fmean(g) for g in groups]
     ratios = [means[i] / means[i + 1] for i in range(0, len(means), 2)]
     above = sum(r > 1 for r in ratios)
-    return (
-        f"pairs, first started / second: {' '.join(f'{r:.3f}' for r in ratios)}; "
-        f"median {statistics.median(ratios):.3f}; above 1 in {above} of {len(ratios)}"
-    )
+    between = 0.0
+    for i in range(0, len(groups), 2):
+        pair = statistics.fmean(groups[i] + groups[i + 1])
+        between += sum(len(groups[j]) * (means[j] - pair) ** 2 for j in (i, i + 1))
+    within = sum((t - m) ** 2 for g, m in zip(groups, means, strict=True) for t in g)
+    df_between, df_within = len(ratios), sum(len(g) - 1 for g in groups)
+    f = (between / df_between) / (within / df_within)
+    return (f"pairs, first started / second: {' '.join(f'{r:.3f}' for r in ratios)}; "
+            f"median {statistics.median(ratios):.3f}; above 1 in {above} of {len(ratios)}; "
+            f"instance within pair F = {f:.2f}, p = {stats.f.sf(f, df_between, df_within):.2g}")  # fmt: skip
 
 
 def summarize(table: Path) -> int:

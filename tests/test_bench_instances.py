@@ -65,3 +65,17 @@ def test_live_pairs_take_turns_and_the_summary_gives_each_pairs_ratio(tiny_pair,
     assert summary[0].startswith("pairs: 4 instances (live pairs) x 2 passes; ")
     assert summary[1] == "pairs: " + printed[-1]
     assert _bench().main(["--paired", "--instances", "3"]) == 2  # a pair needs two
+
+
+def test_the_within_pair_test_of_one_pair_is_the_one_way_anova_of_its_two_instances():
+    from scipy import stats
+
+    first, second = [4.0, 4.4, 3.9, 4.2], [4.1, 4.8, 4.6, 4.5]
+    line = _bench().pairs_line([first, second])
+    f = stats.f_oneway(first, second).statistic
+    assert f"first started / second: {sum(first) / sum(second):.3f};" in line
+    assert line.endswith(f"F = {f:.2f}, p = {stats.f_oneway(first, second).pvalue:.2g}")
+    # two pairs that differ only by their minute (a shift) show no instance effect
+    later = [t + 1 for t in second]
+    shifted = _bench().pairs_line([first, first, later, later])
+    assert "above 1 in 0 of 2" in shifted and "F = 0.00, p = 1" in shifted
