@@ -195,6 +195,17 @@ def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
     assert not any(_alive(pid) for pid in started)
 
 
+@pytest.mark.engine_processes  # one engine of the pair stops while the other runs on
+def test_the_calibration_cli_times_an_interleaved_jobs_engine_beside_its_plain_one(overrides):
+    measured: dict[int, list[dict]] = {}
+    for path in calibrate.run([*overrides, "variant=cot_sd", "spec.k=1", "sweep=window"]):
+        record = calibrate.read(path)
+        measured.setdefault(record["k"], []).append(record["measurements"]["1"])
+    (spec,) = measured[1]
+    assert spec["per_unit_s"] > 0 and spec["baseline_per_unit_s"] > 0  # one window
+    assert [m["baseline_per_unit_s"] for m in measured[0]] == [None, None]  # target, draft
+
+
 def test_speculation_off_is_the_speculator_engine_without_a_single_draft(overrides, tmp_path):
     cfgs = [compose_config([*overrides, "variant=cot_sd", "spec.k=1", f"concurrency={c}"])
             for c in (1, 2)]  # fmt: skip

@@ -19,11 +19,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import metrics, provenance, schedule, speculators
 from harness.checks import command, looks_local
 from harness.files import json_digest, write_text
+
+if TYPE_CHECKING:
+    from harness.sweep.runner import PreparedJob
 
 CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not a run)
 PROMPT_TOKENS = 64
@@ -358,12 +361,14 @@ def calibrate(
     force: bool,
     llm: Any = None,
     baseline: Any = None,
+    beside: Any = None,
 ) -> Path:
     """Measure ``entry`` at the concurrencies its cache file lacks, on ``llm`` when given
     (the entry's live engine), else on an engine started only then; returns the file.
 
     ``baseline`` (K > 0: the live plain engine of the entry's target) is measured in
-    alternation with it (:func:`measure`), and a cached measurement without it is taken again.
+    alternation with it (:func:`measure`), and a cached measurement without it is taken again;
+    ``beside`` (K > 0, no ``llm``: the spec of that plain engine) starts it for that.
     """
     from harness.backends import live
     from harness.backends.engine import OFFLINE
@@ -372,7 +377,7 @@ def calibrate(
     path = out_dir / f"{cache_key(entry)}.json"
     cached = None if force else read(path)
     done = {int(c): m for c, m in (cached or {}).get("measurements", {}).items()}
-    paired = baseline is not None and entry.k > 0
+    paired = (baseline is not None or beside is not None) and entry.k > 0
     todo = [
         c
         for c in sorted(concurrencies)
@@ -380,7 +385,10 @@ def calibrate(
     ]
     if not todo:
         return path
-    if llm is None:
+    if llm is None and paired and baseline is None:
+        (own, _), (plain, _) = live.get_all(OFFLINE, (entry.spec.sharing(2), beside))
+        llm, baseline = own.llm, plain.llm
+    elif llm is None:
         llm = live.get(OFFLINE, entry.spec)[0].llm
     tokenizer = load_tokenizer(entry.spec.target)
     for concurrency in todo:
@@ -478,9 +486,9 @@ def _ranges(record: dict[str, Any]) -> list[list[int]]:
     return schedule.of_llm_kwargs(record.get("identity", {}).get("llm_kwargs", {}))
 
 
-def planned_configs(overrides: list[str]) -> list[Any]:
-    """The composed configs of the jobs ``python -m harness -m <overrides>`` would run,
-    each checked as the harness checks it before any engine starts (``runner.prepare``)."""
+def planned_jobs(overrides: list[str]) -> list[tuple[Any, PreparedJob]]:
+    """The composed configs of the jobs ``python -m harness -m <overrides>`` would run, each
+    with its job as the harness prepares it before any engine starts (``runner.prepare``)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -497,23 +505,27 @@ def planned_configs(overrides: list[str]) -> list[Any]:
     (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(every), None)
     composed = {tuple(job): compose_config(job) for job in jobs}
     planned = [composed[tuple(job)] for job in plan(list(composed.items())).jobs]
-    for cfg in planned:
-        prepare(cfg)
-    return planned
+    return [(cfg, prepare(cfg)) for cfg in planned]
 
 
 def run(overrides: list[str]) -> list[Path]:
-    """Calibrate every engine spec of the planned sweep; returns the files written or reused."""
+    """Calibrate every engine spec of the planned sweep; returns the files written or reused.
+    The speculative engine of an interleaved job is timed in alternation with its plain
+    engine, as in the job, so its step cost and the plain target's come from one window."""
     from harness import results
     from harness.backends import live
 
-    cfgs = planned_configs(overrides)
+    planned = planned_jobs(overrides)
+    cfgs = [cfg for cfg, _ in planned]
+    beside = {job_entry(cfg): job.baseline for cfg, job in planned
+              if cfg.spec.k > 0 and job.baseline is not None}  # fmt: skip
     sweep = results.sweep_dir(cfgs[0])
     results.lock_sweep(sweep)
+    force = bool(cfgs[0].force)
     try:
         return [
-            calibrate(entry, sorted(concurrencies), sweep / CALIBRATION, bool(cfgs[0].force))
-            for entry, concurrencies in entries(cfgs).items()
+            calibrate(entry, sorted(levels), sweep / CALIBRATION, force, beside=beside.get(entry))
+            for entry, levels in entries(cfgs).items()
         ]
     finally:
         live.clear()  # before the interpreter exits: no "engine core exited" warning
