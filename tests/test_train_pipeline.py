@@ -69,6 +69,11 @@ def test_smollm2_derives_its_drafts_from_gsm8k_targets():
         (["difficulties=[easy,extreme]"], "difficulties=extreme"),
         (["+scratch.pages.tot={easy: 5}"], "scratch.pages=tot: must be among cot, cod"),
         (["draft_layers=0"], "draft_layers=0: must be >= 1 or null"),
+        (["styles=[cot,tot]"], "styles=tot: must be among cot, cod"),
+        (
+            ["experiment=smollm2", "eagle3.out_dir=heads/a1000"],
+            "eagle3.out_dir=heads/a1000: must hold {style} when several styles are built",
+        ),
     ],
 )
 def test_bad_train_config_names_the_key(overrides, message):
@@ -168,11 +173,16 @@ def test_micro_world_builds_every_model_and_a_rerun_trains_nothing(
 
     assert written(built) == stamps  # nothing was trained again
 
+    cache = distilled[0].read_text().splitlines()
     fewer = compose_train_config([*MICRO, "distil.max_problems=3"])
-    rebuilt = run(fewer)  # other distillation prompts: new answers, new drafts, same targets
-    assert len(list((tmp_path / cfg.work_dir).glob("distil-cot-*.jsonl"))) == 2
+    rebuilt = run(fewer)  # a subset of the answers: from the cache; new drafts, same targets
+    assert distilled[0].read_text().splitlines() == cache
     after = written(rebuilt)
     assert {r for r in stamps if after[r] != stamps[r]} == {"draft_cot", "draft_cod"}
+    after = written(run(compose_train_config([*MICRO, "distil.max_problems=5"])))  # one more each
+    grown = distilled[0].read_text().splitlines()
+    assert grown[: len(cache)] == cache and len(grown) == 5 * 3  # only the new rows distilled
+    assert list((tmp_path / cfg.work_dir).glob("distil-cot-*.jsonl")) == distilled
 
     # drafts derived from their targets (first layer), distilled with the KL objective
     derived = compose_train_config(

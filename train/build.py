@@ -283,21 +283,33 @@ def derived_draft(cfg: TrainConfig, target: Built) -> Built:
 
 
 def distilled(cfg: TrainConfig, target: Built, style: str, rows: list[dict]) -> list[dict]:
-    """The target's own greedy answers to ``rows``' prompts (cached by target, rows, max_tokens)."""
+    """The target's own greedy answers to ``rows``' prompts.
+
+    Cached per problem (by target, max_tokens and the row itself): one file per target
+    grows as larger sets are asked for, and only the rows it lacks are distilled.
+    """
     from train.distil import distil_rows
 
-    key = build_key(target.key, data_hash(rows), {"max_tokens": cfg.distil.max_tokens})
+    key = build_key(target.key, "per-row", {"max_tokens": cfg.distil.max_tokens})
     path = Path(cfg.work_dir) / f"distil-{style}-{key}.jsonl"
-    if path.is_file():
-        return read_jsonl(path)
-    print(f"[build] distilling {len(rows)} answers of {target.path}", flush=True)
-    start = time.perf_counter()
-    engine = asdict(cfg.engine)
-    out, engine_start_s = distil_rows(target.path, rows, engine, cfg.distil.max_tokens)
-    seconds = time.perf_counter() - start
-    print(f"[build] distilled in {seconds:.0f} s ({engine_start_s:.0f} s engine start)", flush=True)
-    write_jsonl(path, out)
-    return out
+    have = {row["row"]: row["answer"] for row in read_jsonl(path)} if path.is_file() else {}
+    ids = [data_hash([r]) for r in rows]
+    missing = list({i: r for i, r in zip(ids, rows, strict=True) if i not in have}.items())
+    if missing:
+        print(f"[build] distilling {len(missing)} answers of {target.path} "
+              f"({len(rows) - len(missing)} cached)", flush=True)  # fmt: skip
+        start = time.perf_counter()
+        engine = asdict(cfg.engine)
+        out, engine_start_s = distil_rows(
+            target.path, [r for _, r in missing], engine, cfg.distil.max_tokens
+        )
+        seconds = time.perf_counter() - start
+        print(f"[build] distilled in {seconds:.0f} s ({engine_start_s:.0f} s engine start)",
+              flush=True)  # fmt: skip
+        new = [{"row": i, "answer": a} for (i, _), a in zip(missing, out, strict=True)]
+        write_jsonl(path, [{"row": i, "answer": a} for i, a in have.items()] + new)
+        have |= {row["row"]: row["answer"] for row in new}
+    return [have[i] for i in ids]
 
 
 def eagle3_head(
@@ -308,7 +320,7 @@ def eagle3_head(
     from train.eagle3 import train_head
 
     config = asdict(cfg.eagle3) | {"threads": cfg.threads}
-    del config["answers"]  # which answers: in the key as their data hash
+    del config["answers"], config["out_dir"]  # which answers: in the key as their data hash
     built, current = cached(role, target, answers, config, out_dir)
     if current:
         return built
@@ -363,7 +375,7 @@ def run(cfg: TrainConfig) -> dict[str, str]:
         base_draft = _pretrained(exp.drafts["base"])
     built = {"target_base": base_target.path}
     built |= {"draft_base": base_draft.path} if base_draft else {}
-    for style in STYLES:
+    for style in cfg.styles:
         train_rows, val_rows = flat(sets[style]["train"]), flat(sets[style]["val"])
         target = train_model(
             f"target_{style}",
@@ -391,7 +403,8 @@ def run(cfg: TrainConfig) -> dict[str, str]:
             role = f"eagle3_{style}"
             cap = cfg.eagle3.answers or cfg.distil.max_problems  # the drafts' answers: cached
             rows = distilled(cfg, target, style, flat(sets[style]["train"], cap))
-            built[role] = eagle3_head(cfg, role, target, rows, exp.drafts[role]).path
+            out = cfg.eagle3.out_dir.format(style=style) if cfg.eagle3.out_dir else exp.drafts[role]
+            built[role] = eagle3_head(cfg, role, target, rows, out).path
     return built
 
 

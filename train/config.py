@@ -105,6 +105,9 @@ class Eagle3Settings:
     layer_ids: list[int] | None = None  # the 3 target layers fused; null = low, middle, high
     draft_vocab_size: int | None = None  # the target's most frequent answer tokens; null = all
     answers: int | None = None  # train problems answered per style; null = distil.max_problems
+    # where the heads go, "{style}" filled in (heads of several recipes side by side);
+    # null = the experiment's models.drafts.eagle3_<style>
+    out_dir: str | None = None
     max_steps: int = 300
     batch_size: int = 8  # answers per step
     learning_rate: float = 1.0e-3
@@ -126,6 +129,7 @@ class TrainConfig:
     bf16: bool = False
     gradient_checkpointing: bool = False
     difficulties: list[str] = field(default_factory=lambda: ["easy", "medium", "hard"])
+    styles: list[str] = field(default_factory=lambda: list(STYLES))  # the targets to build
     data_dir: str = (
         "data"  # SFT sets: <data_dir>/<experiment>/<difficulty>/{cot,cod}_{train,val}.jsonl
     )
@@ -207,6 +211,8 @@ def validate_train(cfg: TrainConfig) -> None:
     check_choice("draft.objective", cfg.draft.objective, OBJECTIVES)
     check(cfg.target.objective == "sft", "target.objective", cfg.target.objective,
           "targets learn from the teacher's text (sft); kl is for drafts")  # fmt: skip
+    for s in cfg.styles:
+        check(s in STYLES, "styles", s, f"must be among {', '.join(STYLES)}")
     for d in cfg.difficulties:
         check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
     check(cfg.draft_layers is None or cfg.draft_layers >= 1, "draft_layers", cfg.draft_layers,
@@ -222,6 +228,8 @@ def validate_train(cfg: TrainConfig) -> None:
               "must be 3 distinct layers (vLLM's EAGLE-3 head fuses three)")  # fmt: skip
         check(e.draft_vocab_size is None or e.draft_vocab_size >= 2, "eagle3.draft_vocab_size",
               e.draft_vocab_size, "must be >= 2 or null")  # fmt: skip
+        check(e.out_dir is None or "{style}" in e.out_dir or len(cfg.styles) == 1,
+              "eagle3.out_dir", e.out_dir, "must hold {style} when several styles are built")  # fmt: skip
     check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
     for style, counts in (cfg.scratch.pages if cfg.scratch else {}).items():
         check(style in STYLES, "scratch.pages", style, f"must be among {', '.join(STYLES)}")
