@@ -70,10 +70,6 @@ def test_smollm2_derives_its_drafts_from_gsm8k_targets():
         (["+scratch.pages.tot={easy: 5}"], "scratch.pages=tot: must be among cot, cod"),
         (["draft_layers=0"], "draft_layers=0: must be >= 1 or null"),
         (["styles=[cot,tot]"], "styles=tot: must be among cot, cod"),
-        (
-            ["experiment=smollm2", "eagle3.out_dir=heads/a1000"],
-            "eagle3.out_dir=heads/a1000: must hold {style} when several styles are built",
-        ),
     ],
 )
 def test_bad_train_config_names_the_key(overrides, message):

@@ -403,7 +403,7 @@ def run(cfg: TrainConfig) -> dict[str, str]:
             role = f"eagle3_{style}"
             cap = cfg.eagle3.answers or cfg.distil.max_problems  # the drafts' answers: cached
             rows = distilled(cfg, target, style, flat(sets[style]["train"], cap))
-            out = cfg.eagle3.out_dir.format(style=style) if cfg.eagle3.out_dir else exp.drafts[role]
+            out = f"{cfg.eagle3.out_dir}/{role}" if cfg.eagle3.out_dir else exp.drafts[role]
             built[role] = eagle3_head(cfg, role, target, rows, out).path
     return built
 

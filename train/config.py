@@ -105,8 +105,8 @@ class Eagle3Settings:
     layer_ids: list[int] | None = None  # the 3 target layers fused; null = low, middle, high
     draft_vocab_size: int | None = None  # the target's most frequent answer tokens; null = all
     answers: int | None = None  # train problems answered per style; null = distil.max_problems
-    # where the heads go, "{style}" filled in (heads of several recipes side by side);
-    # null = the experiment's models.drafts.eagle3_<style>
+    # the folder the heads go into, as eagle3_<style> (heads of several recipes side by
+    # side); null = the experiment's models.drafts.eagle3_<style>
     out_dir: str | None = None
     max_steps: int = 300
     batch_size: int = 8  # answers per step
@@ -228,8 +228,6 @@ def validate_train(cfg: TrainConfig) -> None:
               "must be 3 distinct layers (vLLM's EAGLE-3 head fuses three)")  # fmt: skip
         check(e.draft_vocab_size is None or e.draft_vocab_size >= 2, "eagle3.draft_vocab_size",
               e.draft_vocab_size, "must be >= 2 or null")  # fmt: skip
-        check(e.out_dir is None or "{style}" in e.out_dir or len(cfg.styles) == 1,
-              "eagle3.out_dir", e.out_dir, "must hold {style} when several styles are built")  # fmt: skip
     check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
     for style, counts in (cfg.scratch.pages if cfg.scratch else {}).items():
         check(style in STYLES, "scratch.pages", style, f"must be among {', '.join(STYLES)}")
