@@ -63,7 +63,8 @@ class Study:
     description: str
     experiment: str
     sweeps: tuple[Sweep, ...]
-    build_models: bool = True  # python -m train.build experiment=<experiment> first (cached)
+    # python -m train.build experiment=<experiment> <overrides> first, once per entry (cached)
+    builds: tuple[tuple[str, ...], ...] = ((),)
     calibration: bool = True  # python -m harness.sweep.calibrate after each sweep
     preflight: tuple[Preflight, ...] = ()
     rerun_flagged: int = RERUN_FLAGGED
@@ -146,7 +147,7 @@ def load(name: str, conf_dir: Path = CONF) -> Study:
         description=str(data.get("description", "")),
         experiment=str(data["experiment"]),
         sweeps=tuple(sweeps),
-        build_models=bool(data.get("build_models", True)),
+        builds=_builds(path.name, data.get("builds", [[]])),
         calibration=bool(data.get("calibration", True)),
         preflight=tuple(steps),
         rerun_flagged=data.get("rerun_flagged", RERUN_FLAGGED),
@@ -158,6 +159,13 @@ def load(name: str, conf_dir: Path = CONF) -> Study:
     if not isinstance(study.bootstrap, int) or study.bootstrap < 10:
         raise StudyError(f"{path.name}: bootstrap={study.bootstrap} (at least 10 replicates)")
     return study
+
+
+def _builds(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
+    """``builds``: a list of override lists, each one ``python -m train.build`` step."""
+    if not isinstance(value, list) or not all(isinstance(b, list) for b in value):
+        raise StudyError(f"{where}: builds={value} (a list of override lists; [] for none)")
+    return tuple(tuple(map(str, b)) for b in value)
 
 
 def check_rerun_flagged(value: Any, where: str = "rerun_flagged") -> int:

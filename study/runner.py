@@ -157,8 +157,10 @@ def run(
     limit = study.rerun_flagged if rerun_limit is None else rerun_limit
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     step = step or Runner()
-    if study.build_models:
-        step("models", "train.build", f"experiment={study.experiment}")
+    datasets = [a for a in extra if a.startswith("datasets_dir=")]  # the build's data too
+    for i, overrides in enumerate(study.builds):
+        name = "models" if len(study.builds) == 1 else f"models {i + 1}"
+        step(name, "train.build", f"experiment={study.experiment}", *overrides, *datasets)
     reruns = []
     for sweep in study.sweeps:
         args = sweep.args(study.experiment, extra, results_dir)

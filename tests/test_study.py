@@ -43,6 +43,12 @@ def test_a_study_config_with_an_unknown_key_is_one_line(tmp_path):
         config.load("bad", tmp_path)
 
 
+def test_builds_must_be_a_list_of_override_lists(tmp_path):
+    (tmp_path / "bad.yaml").write_text("experiment: tiny\nbuilds: true\nsweeps: [{name: a}]\n")
+    with pytest.raises(config.StudyError, match=r"bad.yaml: builds=True \(a list of override"):
+        config.load("bad", tmp_path)
+
+
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
@@ -111,6 +117,27 @@ def study_copy(made, tmp_path) -> Path:
     """A copy of :func:`made`'s study folder for a test to edit (at the same depth: its
     REPORT.md links to docs/ relatively)."""
     return Path(shutil.copytree(made, tmp_path / made.parent.name / made.name))
+
+
+def test_each_build_runs_before_the_sweeps_with_the_command_lines_datasets(tmp_path):
+    class Recording(FakeRunner):
+        def execute(self, argv: list[str]) -> int:
+            if argv[1:3] == ["-m", "train.build"]:
+                self.builds.append(argv[3:])
+                return 0
+            return super().execute(argv)
+
+    fake = Recording(tmp_path / "results", {})
+    fake.builds = []
+    study = _study(builds=((), ("styles=[cod]", "eagle3.answers=1000")))
+    path = runner.run(study, ["datasets_dir=data/sets", "seed=0"], tmp_path / "results",
+                      tmp_path / "docs", allow_dirty=True, step=fake)  # fmt: skip
+    assert fake.builds == [
+        ["experiment=tiny", "datasets_dir=data/sets"],
+        ["experiment=tiny", "styles=[cod]", "eagle3.answers=1000", "datasets_dir=data/sets"],
+    ]
+    record = json.loads((path.parent / folder.STUDY_JSON).read_text())
+    assert [s["step"] for s in record["steps"]] == ["models 1", "models 2", "sweep smoke"]
 
 
 def test_a_flagged_run_is_rerun_until_it_passes(tmp_path):
