@@ -52,9 +52,9 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def tpot_of_passes(job: PreparedJob, backend: Offline, passes: int) -> list[float]:
-    """Seconds per output token after the first, of ``passes`` runs of the job's first prompt
-    (a pass of fewer than two tokens has none)."""
+def tpot_ms_of_passes(job: PreparedJob, backend: Offline, passes: int) -> list[float]:
+    """Milliseconds per output token after the first, of ``passes`` runs of the job's first
+    prompt (a pass of fewer than two tokens has none)."""
     from harness.backends.arrivals import Load
     from harness.metrics import tpot
 
@@ -65,7 +65,7 @@ def tpot_of_passes(job: PreparedJob, backend: Offline, passes: int) -> list[floa
     def on_output(_: int, completion: Completion) -> None:
         seconds = tpot(completion.e2e_s, completion.ttft_s, len(completion.token_ids))
         if seconds is not None:
-            out.append(seconds)
+            out.append(round(seconds * 1e3, 4))
 
     for _ in range(passes):
         backend.generate([request.prompt_token_ids], params, Load(1), on_output)
@@ -144,7 +144,7 @@ def timed_alone(job: PreparedJob, instances: int, passes: int) -> list[list[floa
         engines.clear()  # a fresh instance
         backend = Offline(engines.get(job.spec)[0].llm)
         warm_up(job, backend)
-        groups.append([round(t * 1e3, 4) for t in tpot_of_passes(job, backend, passes)])
+        groups.append(tpot_ms_of_passes(job, backend, passes))
         _show(i, groups[-1])
     return groups
 
@@ -165,7 +165,7 @@ def timed_pairs(job: PreparedJob, instances: int, passes: int) -> list[list[floa
         times: list[list[float]] = [[], []]
         for n in range(passes):
             for side in (0, 1) if n % 2 == 0 else (1, 0):
-                times[side] += [round(t * 1e3, 4) for t in tpot_of_passes(job, pair[side], 1)]
+                times[side] += tpot_ms_of_passes(job, pair[side], 1)
         for side in (0, 1):
             _show(2 * p + side, times[side])
         groups += times
