@@ -69,7 +69,7 @@ def test_smollm2_derives_its_drafts_from_gsm8k_targets():
         (["difficulties=[easy,extreme]"], "difficulties=extreme"),
         (["+scratch.pages.tot={easy: 5}"], "scratch.pages=tot: must be among cot, cod"),
         (["draft_layers=0"], "draft_layers=0: must be >= 1 or null"),
-        (["styles=[cot,tot]"], "styles=tot: must be among cot, cod"),
+        (["styles=[cot,tot]"], "styles=tot: must be one of cot, cod"),
     ],
 )
 def test_bad_train_config_names_the_key(overrides, message):

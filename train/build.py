@@ -306,9 +306,8 @@ def distilled(cfg: TrainConfig, target: Built, style: str, rows: list[dict]) -> 
         seconds = time.perf_counter() - start
         print(f"[build] distilled in {seconds:.0f} s ({engine_start_s:.0f} s engine start)",
               flush=True)  # fmt: skip
-        new = [{"row": i, "answer": a} for (i, _), a in zip(missing, out, strict=True)]
-        write_jsonl(path, [{"row": i, "answer": a} for i, a in have.items()] + new)
-        have |= {row["row"]: row["answer"] for row in new}
+        have |= {i: a for (i, _), a in zip(missing, out, strict=True)}
+        write_jsonl(path, [{"row": i, "answer": a} for i, a in have.items()])
     return [have[i] for i in ids]
 
 
@@ -320,7 +319,8 @@ def eagle3_head(
     from train.eagle3 import train_head
 
     config = asdict(cfg.eagle3) | {"threads": cfg.threads}
-    del config["answers"], config["out_dir"]  # which answers: in the key as their data hash
+    # which answers: in the key as their data hash; where the head goes is not what it is
+    del config["answers"], config["out_dir"]
     built, current = cached(role, target, answers, config, out_dir)
     if current:
         return built

@@ -212,7 +212,7 @@ def validate_train(cfg: TrainConfig) -> None:
     check(cfg.target.objective == "sft", "target.objective", cfg.target.objective,
           "targets learn from the teacher's text (sft); kl is for drafts")  # fmt: skip
     for s in cfg.styles:
-        check(s in STYLES, "styles", s, f"must be among {', '.join(STYLES)}")
+        check_choice("styles", s, STYLES)
     for d in cfg.difficulties:
         check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
     check(cfg.draft_layers is None or cfg.draft_layers >= 1, "draft_layers", cfg.draft_layers,
