@@ -197,3 +197,24 @@ def _engine_cores(pid: int) -> int:
         with contextlib.suppress(psutil.Error):
             found += "EngineCore" in " ".join(child.cmdline())
     return found
+
+
+def test_a_ctrl_c_while_a_server_jobs_event_loop_is_built_prints_no_traceback():
+    # the Ctrl-C lands inside the loop's constructor (its selector is made there)
+    script = """
+import selectors, os, signal, gc
+from harness.backends import server
+made = selectors.DefaultSelector
+def interrupted():
+    os.kill(os.getpid(), signal.SIGINT)
+    return made()
+selectors.DefaultSelector = interrupted
+try:
+    server._run(None)
+except KeyboardInterrupt:
+    print("interrupted")
+gc.collect()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.strip() == "interrupted"
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -104,6 +105,29 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """An event loop built with SIGINT deferred until it is whole: a Ctrl-C half-way
+    through the build leaves a half-made loop whose finaliser prints a traceback."""
+    if threading.current_thread() is not threading.main_thread():  # no signal lands here
+        return asyncio.new_event_loop()
+    caught: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda *received: caught.append(received))
+    try:
+        loop = asyncio.new_event_loop()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        loop.close()
+        previous(*caught[0])
+    return loop
+
+
+def _run(coroutine: Any) -> Any:
+    """``asyncio.run`` on a loop from :func:`_new_loop`."""
+    with asyncio.Runner(loop_factory=_new_loop) as runner:
+        return runner.run(coroutine)
+
+
 @dataclass
 class Server:
     """A live server: the spec it runs (None when reached by URL), its base URL and the
@@ -134,7 +158,7 @@ class Server:
         import aiohttp
 
         try:
-            asyncio.run(self._generate(prompts, params, load, on_output))
+            _run(self._generate(prompts, params, load, on_output))
         except* (ServerError, OSError, aiohttp.ClientError) as group:
             raise self._failure(group.exceptions[0]) from None
 
@@ -246,7 +270,7 @@ class Server:
     def spec_counts(self) -> metrics.SpecCounts | None:
         """The server's speculative-decoding counters (its Prometheus ``/metrics``, read by
         ``vllm bench serve``'s reader); None when it reports none."""
-        return asyncio.run(self._spec_counts())
+        return _run(self._spec_counts())
 
     async def _spec_counts(self) -> metrics.SpecCounts | None:
         import aiohttp
