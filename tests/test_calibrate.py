@@ -218,3 +218,23 @@ def test_a_speculative_job_without_a_k0_job_still_calibrates_its_plain_target():
     k0 = compose_config(["variant=cot", "spec.k=0"])  # the same plain engine: one entry
     both = [e.spec for e in calibrate.entries([cfg, k0]) if e.k == 0 and e.draft is None]
     assert both.count(target) == 1 and len(both) == len(plain)
+
+
+def test_a_slow_spell_on_one_side_of_one_round_does_not_move_the_windows_plain_cost(
+    monkeypatch,
+):
+    # three rounds: the plain engine at 4 ms a token and the speculative one at 10 ms a
+    # verify step, except the second round's plain side, caught in a slow spell (8 ms)
+    plain_s = iter([0.004, 0.008, 0.004])
+
+    def timed(llm, batch, k, concurrency):
+        if llm == "plain":
+            return [decode_timing(0.0, 95 * next(plain_s), token_units(96))]
+        return [decode_timing(0.0, 30 * 0.010, 30)]
+
+    monkeypatch.setattr(calibrate, "prompts", lambda tokenizer, n: [[1]] * n)
+    monkeypatch.setattr(calibrate, "_time", timed)
+    m = calibrate.measure("spec", None, 3, 1, requests=3, baseline="plain")
+    assert m.per_unit_s == pytest.approx(0.010)
+    assert m.baseline_per_unit_s == pytest.approx(0.004)  # pooled, the three read 5.33 ms
+    assert calibrate.measure("spec", None, 3, 1).baseline_per_unit_s is None  # no baseline

@@ -32,6 +32,7 @@ CALIBRATION = ".calibration"  # <results_dir>/<sweep>/.calibration/ (hidden: not
 PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 96
 REQUESTS_PER_SLOT = 3  # requests per concurrency slot
+PAIRED_ROUNDS = 9  # rounds of a window timed beside the plain engine (one per slot each)
 UNDRAFTED_STEPS = "timed apart, checked against noise"  # in a model-free proposer's identity
 K0_LEVELS = "timed per token"  # in a K schedule's identity (:func:`without_drafts`)
 PROMPT_TEXT = "Think step by step. 12 + 7 = 19, 19 * 3 = 57, 57 - 8 = 49. #### 49\n"
@@ -129,7 +130,8 @@ class Measurement:
     undrafted: int = 0
     undrafted_step_s: float | None = None
     # K > 0 on an interleaved job: the plain target's seconds per token, measured on the
-    # job's baseline engine in alternation with it (the same window as ``per_unit_s``)
+    # job's baseline engine in alternating rounds with it (the same window as
+    # ``per_unit_s``), as the rounds' median ratio to ``per_unit_s`` gives it
     baseline_per_unit_s: float | None = None
 
 
@@ -185,8 +187,9 @@ def identity(entry: Entry) -> dict[str, Any]:
         "output_tokens": OUTPUT_TOKENS,
         "requests_per_slot": REQUESTS_PER_SLOT,
     }
-    if entry.k > 0:  # earlier files timed the job's baseline all before its engine
-        ident["baseline"] = "alternating rounds"
+    if entry.k > 0:  # earlier files timed the job's baseline all before its engine, then
+        # in three alternating rounds pooled
+        ident["baseline"] = f"median ratio of {PAIRED_ROUNDS} alternating rounds"
     if entry.k > 0 and not speculators.get(spec.method).drafts_every_step:
         # steps without drafts are timed apart (earlier files charged them to verify)
         ident["undrafted_steps"] = UNDRAFTED_STEPS
@@ -261,22 +264,30 @@ def measure(
     tokenizer: Any,
     k: int,
     concurrency: int,
-    requests: int = REQUESTS_PER_SLOT,
+    requests: int | None = None,
     baseline: Any = None,
 ) -> Measurement:
     """Time ``requests`` x ``concurrency`` fixed-length requests on a live engine. With
     ``baseline`` (its target's live plain engine) the requests run in ``requests`` rounds
     of ``concurrency``, each round's prompts on ``baseline`` right before, so both sides
-    are timed over one stretch of the machine (``baseline_per_unit_s``)."""
-    batch = prompts(tokenizer, requests * concurrency)
+    are timed over one stretch of the machine; ``baseline_per_unit_s`` is then the plain
+    cost that gives the rounds' median ratio of the two (a slow spell on one side of a
+    round moves that round only)."""
+    rounds = requests or (REQUESTS_PER_SLOT if baseline is None else PAIRED_ROUNDS)
+    batch = prompts(tokenizer, rounds * concurrency)
+    timings, plain, ratios = [], None, []
     if baseline is None:
-        timings, plain = _time(llm, batch, k, concurrency), None
+        timings = _time(llm, batch, k, concurrency)
     else:
-        timings, plain = [], []
         for i in range(0, len(batch), concurrency):
-            plain += _time(baseline, batch[i : i + concurrency], 0, concurrency)
+            plain_s = per_unit_s(_time(baseline, batch[i : i + concurrency], 0, concurrency))
             timings += _time(llm, batch[i : i + concurrency], k, concurrency)
+            step_s = step_costs(timings[-concurrency:])[0]
+            if plain_s and step_s:
+                ratios.append(step_s / plain_s)
     drafted_s, undrafted_s = step_costs(timings)
+    if drafted_s and ratios:
+        plain = drafted_s / statistics.median(ratios)
     return Measurement(
         concurrency=concurrency,
         requests=len(timings),
@@ -285,7 +296,7 @@ def measure(
         per_unit_s=drafted_s,
         undrafted=sum(t.undrafted for t in timings),
         undrafted_step_s=undrafted_s,
-        baseline_per_unit_s=None if plain is None else per_unit_s(plain),
+        baseline_per_unit_s=plain,
     )
 
 
