@@ -157,7 +157,9 @@ def run(
     limit = study.rerun_flagged if rerun_limit is None else rerun_limit
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     step = step or Runner()
-    datasets = [a for a in extra if a.startswith("datasets_dir=")]  # the build's data too
+    datasets = [  # the build's data too, however the command line set it (++datasets_dir=)
+        a.lstrip("+") for a in extra if a.lstrip("+").startswith("datasets_dir=")
+    ]
     for i, overrides in enumerate(study.builds):
         name = "models" if len(study.builds) == 1 else f"models {i + 1}"
         step(name, "train.build", f"experiment={study.experiment}", *overrides, *datasets)

@@ -119,7 +119,8 @@ def study_copy(made, tmp_path) -> Path:
     return Path(shutil.copytree(made, tmp_path / made.parent.name / made.name))
 
 
-def test_each_build_runs_before_the_sweeps_with_the_command_lines_datasets(tmp_path):
+@pytest.mark.parametrize("given", ["datasets_dir=data/sets", "++datasets_dir=data/sets"])
+def test_each_build_runs_before_the_sweeps_with_the_command_lines_datasets(tmp_path, given):
     class Recording(FakeRunner):
         def execute(self, argv: list[str]) -> int:
             if argv[1:3] == ["-m", "train.build"]:
@@ -130,7 +131,7 @@ def test_each_build_runs_before_the_sweeps_with_the_command_lines_datasets(tmp_p
     fake = Recording(tmp_path / "results", {})
     fake.builds = []
     study = _study(builds=((), ("styles=[cod]", "eagle3.answers=1000")))
-    path = runner.run(study, ["datasets_dir=data/sets", "seed=0"], tmp_path / "results",
+    path = runner.run(study, [given, "seed=0"], tmp_path / "results",
                       tmp_path / "docs", allow_dirty=True, step=fake)  # fmt: skip
     assert fake.builds == [
         ["experiment=tiny", "datasets_dir=data/sets"],
