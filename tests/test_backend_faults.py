@@ -200,10 +200,12 @@ def _engine_cores(pid: int) -> int:
 
 
 def test_a_ctrl_c_while_a_server_jobs_event_loop_is_built_prints_no_traceback():
-    # the Ctrl-C lands inside the loop's constructor (its selector is made there)
+    # the Ctrl-C lands inside the loop's constructor (its selector is made there); Python's
+    # own handler, as from a terminal (a test worker's children inherit SIGINT ignored)
     script = """
 import selectors, os, signal, gc
 from harness.backends import server
+signal.signal(signal.SIGINT, signal.default_int_handler)
 made = selectors.DefaultSelector
 def interrupted():
     os.kill(os.getpid(), signal.SIGINT)
