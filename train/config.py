@@ -214,7 +214,7 @@ def validate_train(cfg: TrainConfig) -> None:
     for s in cfg.styles:
         check_choice("styles", s, STYLES)
     for d in cfg.difficulties:
-        check(d in DIFFICULTIES, "difficulties", d, f"must be among {', '.join(DIFFICULTIES)}")
+        check_choice("difficulties", d, DIFFICULTIES)
     check(cfg.draft_layers is None or cfg.draft_layers >= 1, "draft_layers", cfg.draft_layers,
           "must be >= 1 or null")  # fmt: skip
     check(0 <= cfg.draft_last_layers <= (cfg.draft_layers or 0), "draft_last_layers",
@@ -230,6 +230,6 @@ def validate_train(cfg: TrainConfig) -> None:
               e.draft_vocab_size, "must be >= 2 or null")  # fmt: skip
     check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
     for style, counts in (cfg.scratch.pages if cfg.scratch else {}).items():
-        check(style in STYLES, "scratch.pages", style, f"must be among {', '.join(STYLES)}")
+        check_choice("scratch.pages", style, STYLES)
         for d in counts:
-            check(d in DIFFICULTIES, f"scratch.pages.{style}", d, "not a difficulty")
+            check_choice(f"scratch.pages.{style}", d, DIFFICULTIES)
