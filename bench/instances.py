@@ -45,7 +45,7 @@ def make_parser() -> argparse.ArgumentParser:
         "--paired", action="store_true", help="live pairs taking turns (an even --instances)"
     )
     parser.add_argument(
-        "--csv", type=Path, help="append (label, instance, pass, tpot_ms, pair) rows"
+        "--csv", type=Path, help="append (label, instance, pass, tpot_ms, pair, cpu) rows"
     )
     parser.add_argument("--label", default="default", help="the setting's name in --csv")
     parser.add_argument("--summary", type=Path, help="print each label's figures of a --csv table")
@@ -103,16 +103,19 @@ def main(argv: list[str]) -> int:
 def measure(args: argparse.Namespace, overrides: list[str]) -> int:
     """Time the instances and print (and append) the figures."""
     import pandas as pd
+    import torch
 
     from harness.backends import engine as engines
     from harness.config import compose_config
+    from harness.provenance import cpu_model
     from harness.sweep.runner import prepare
 
     cfg = compose_config([*overrides, "spec.k=0", "pairing=sequential", "limit=1"])
     job = prepare(cfg)
     mode = "live pairs taking turns" if args.paired else "one at a time"
+    cpu = f"{cpu_model()} ({torch.backends.cpu.get_cpu_capability()})"  # the ISA picks kernels
     print(f"{job.spec.target}: {args.instances} instances ({mode}) x {args.passes} passes, "
-          f"max_tokens {job.max_tokens}")  # fmt: skip
+          f"max_tokens {job.max_tokens}, on {cpu}")  # fmt: skip
     print(f"{'instance':<9} {'TPOT ms, mean':>14} {'passes CV':>10}")
     try:
         groups = (timed_pairs if args.paired else timed_alone)(job, args.instances, args.passes)
@@ -120,7 +123,7 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> int:
         engines.clear()
     if args.csv:
         rows = [{"label": args.label, "instance": i, "pass": p, "tpot_ms": t,
-                 "pair": i // 2 if args.paired else None}
+                 "pair": i // 2 if args.paired else None, "cpu": cpu}
                 for i, g in enumerate(groups) for p, t in enumerate(g)]  # fmt: skip
         pd.DataFrame(rows).to_csv(args.csv, mode="a", header=not args.csv.exists(), index=False)
     print(spread(groups))
@@ -218,7 +221,9 @@ def summarize(table: Path) -> int:
         groups = [list(g["tpot_ms"]) for _, g in runs.groupby("instance")]
         paired = "pair" in runs and runs["pair"].notna().all()
         mode = " (live pairs)" if paired else ""
-        print(f"{label}: {len(groups)} instances{mode} x {len(groups[0])} passes; {spread(groups)}")
+        cpu = f" on {runs['cpu'].iloc[0]}" if "cpu" in runs else ""  # older tables have none
+        print(f"{label}: {len(groups)} instances{mode} x {len(groups[0])} passes{cpu}; "
+              f"{spread(groups)}")  # fmt: skip
         if paired:
             print(f"{label}: {pairs_line(groups)}")
     return 0

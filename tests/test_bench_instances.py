@@ -19,17 +19,23 @@ def test_each_instance_times_the_same_request_and_the_table_gets_every_pass(
             "--label", "here"]  # fmt: skip
     assert bench.main(args) == 0
     table = pd.read_csv(out)
-    assert list(table.columns) == ["label", "instance", "pass", "tpot_ms", "pair"]
+    assert list(table.columns) == ["label", "instance", "pass", "tpot_ms", "pair", "cpu"]
     assert table["pair"].isna().all()  # one at a time: no pairs
     runs = sorted(zip(table["instance"], table["pass"], strict=True))
     assert runs == [(i, p) for i in (0, 1) for p in (0, 1, 2)]
     assert (table["label"] == "here").all() and (table["tpot_ms"] > 0).all()
     printed = capsys.readouterr().out
     assert "ANOVA F = " in printed and printed.count("\n") >= 5
+    cpu = table["cpu"].iloc[0]  # the CPU and the vector ISA torch picks kernels for
+    assert (table["cpu"] == cpu).all() and cpu.endswith(")")
+    assert f"max_tokens 16, on {cpu}\n" in printed
     assert bench.main(["--summary", str(out)]) == 0  # the same figures, from the table
     summary = capsys.readouterr().out
-    assert summary.startswith("here: 2 instances x 3 passes; instance means: ")
+    assert summary.startswith(f"here: 2 instances x 3 passes on {cpu}; instance means: ")
     assert summary.split("; ", 1)[1] == printed.splitlines()[-1] + "\n"
+    table.drop(columns="cpu").to_csv(out, index=False)  # a table written before the column
+    assert bench.main(["--summary", str(out)]) == 0
+    assert capsys.readouterr().out == summary.replace(f" on {cpu}", "")
     assert bench.main(["--instances", "1"]) == 2  # one instance has no spread to show
 
 
@@ -53,7 +59,7 @@ def test_live_pairs_take_turns_and_the_summary_gives_each_pairs_ratio(tiny_pair,
     ]
     assert bench.main(["--summary", str(out)]) == 0
     summary = capsys.readouterr().out.splitlines()
-    assert summary[0].startswith("pairs: 4 instances (live pairs) x 2 passes; ")
+    assert summary[0].startswith("pairs: 4 instances (live pairs) x 2 passes on ")
     assert summary[1] == "pairs: " + printed[-1]
     assert bench.main(["--paired", "--instances", "3"]) == 2  # a pair needs two
 
