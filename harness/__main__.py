@@ -66,24 +66,13 @@ def main(cfg: DictConfig) -> str:
 if __name__ == "__main__":
     from harness import console, results
     from harness.checks import exit_on_bad_input
-    from harness.config import (
-        check_group_overrides,
-        check_overrides,
-        compose_config,
-        cuda_visible,
-        validate,
-        with_engine_override,
-    )
+    from harness.config import check_command_line, cuda_visible, with_engine_override
 
     console.quiet_libraries()
-    with exit_on_bad_input():
-        check_group_overrides(sys.argv[1:])
-        check_overrides(sys.argv[1:])
-        if not {"-m", "--multirun"} & set(sys.argv):  # a multirun's sweeper takes the lock
-            single = compose_config([a for a in sys.argv[1:] if not a.startswith(("-", "hydra"))])
-            validate(single)  # before anything is written (the lock, Hydra's .hydra/)
-            if not single.plan:
-                results.lock_sweep(results.sweep_dir(single))
+    with exit_on_bad_input():  # before anything is written (the lock, Hydra's .hydra/)
+        single = check_command_line(sys.argv[1:])  # a multirun's sweeper takes the lock
+        if single is not None and not single.plan:
+            results.lock_sweep(results.sweep_dir(single))
     sys.argv = with_engine_override(sys.argv, cuda_visible())
     try:
         main()

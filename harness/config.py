@@ -17,7 +17,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf import MISSING, AnyNode, DictConfig, ListConfig, OmegaConf
 
 from harness import schedule, speculators
 from harness.errors import ConfigError, DatasetError  # noqa: F401 (the schemas' errors)
@@ -310,12 +310,28 @@ def check_overrides(overrides: list[str]) -> None:
             if isinstance(node, ListConfig) or OmegaConf.get_type(parent, leaf) is list:
                 check(value is None or isinstance(value, list), key, value, "expected a list")
                 continue
-            if isinstance(value, str) and "${" in value:
-                continue
+            if isinstance(node, AnyNode) or (isinstance(value, str) and "${" in value):
+                continue  # an Any-typed key's value is validate()'s to check
             try:
                 node.validate_and_convert(value)
             except ValidationError:
                 raise ConfigError(f"{key}={value}: expected {_expected(node)}") from None
+
+
+def check_command_line(args: list[str]) -> DictConfig | None:
+    """The checks ``python -m harness`` runs before Hydra: group choices, then keys and
+    types, then (a single run) the composed config's :func:`validate`.
+
+    Returns:
+        The single run's config; None for a multirun (its sweeper checks every job).
+    """
+    check_group_overrides(args)
+    check_overrides(args)
+    if {"-m", "--multirun"} & set(args):
+        return None
+    cfg = compose_config([a for a in args if not a.startswith(("-", "hydra"))])
+    validate(cfg)
+    return cfg
 
 
 def check(ok: bool, key: str, value: Any, why: str) -> None:

@@ -28,6 +28,11 @@ def check(k: int, schedule: Any) -> list[list[int]]:
         and all(isinstance(x, int) and not isinstance(x, bool) for x in e)
         for e in schedule
     )  # fmt: skip
+    if isinstance(schedule, str):
+        raise ConfigError(
+            f"{KEY}={shown}: a list, not a string: drop the quotes around the list "
+            "(e.g. 'spec.k_schedule=[[1,4,3],[5,32,0]]')"
+        )
     if not triples:
         raise ConfigError(f"{KEY}={shown}: expected [[first, last, K], ...], three integers each")
     try:

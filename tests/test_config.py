@@ -5,7 +5,14 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config import CONF_DIR, ConfigError, compose_config, group_options, validate
+from harness.config import (
+    CONF_DIR,
+    ConfigError,
+    check_command_line,
+    compose_config,
+    group_options,
+    validate,
+)
 from tests import cli
 
 GROUPS = ("dataset", "variant", "engine")
@@ -124,3 +131,18 @@ def test_bad_override_fails_with_one_line_before_any_engine(override, line):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(line)
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("[[2,4,3]]", "The first batch-size range must start at 1"),
+        ("[[1,4,5],[5,8,0]]", "chooses K=5 above spec.k=3"),
+        ("[[1,4,1.5]]", "three integers each"),
+        ('"[[1,4,3],[5,32,0]]"', "a list, not a string: drop the quotes"),
+    ],
+)
+def test_a_bad_k_schedule_on_the_command_line_is_refused_for_its_own_fault(schedule, message):
+    args = ["variant=cot_sd", "spec.k=3", f"spec.k_schedule={schedule}"]
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_command_line(args)
