@@ -12,7 +12,6 @@ Keep the candidates at distinct paths: results are named by path.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -56,19 +55,17 @@ def mean_tpot_s(run_dir: Path) -> float:
 
 
 def describe(draft: str) -> str:
-    """Layers, objective and steps of a draft or head directory."""
+    """What a draft or head directory is (its family's words), and how it was trained."""
+    from harness import speculators
+    from harness.checks import model_config
     from harness.manifest import read_manifest
 
-    config = json.loads((Path(draft) / "config.json").read_text())
-    head = config.get("transformer_layer_config")
-    layers = (head or config)["num_hidden_layers"]
+    shape = speculators.of_checkpoint(draft).describe(model_config(draft) or {})
     manifest = read_manifest(draft)
     if manifest is None:
-        return f"{layers} layers, untrained"
-    if head:
-        return f"eagle3 head, {layers} layer(s), vocab {config.get('draft_vocab_size')}, {manifest.steps} steps"
-    objective = manifest.config.get("objective", "sft")
-    return f"{layers} layers, {objective}, {manifest.steps} steps"
+        return f"{shape}, untrained"
+    objective = manifest.config.get("objective")
+    return ", ".join([shape, *([objective] if objective else []), f"{manifest.steps} steps"])
 
 
 def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:

@@ -62,6 +62,21 @@ def test_a_checkpoint_is_recognised_by_its_family(tmp_path):
     assert speculators.of_checkpoint(str(model)).method == "draft_model"
 
 
+def test_a_checkpoint_no_family_claims_is_refused_not_taken_for_a_draft(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
+    with pytest.raises(ConfigError, match="no speculator family recognise"):
+        speculators.of_checkpoint(str(tmp_path))
+
+
+def test_two_families_of_one_method_are_refused():
+    from types import SimpleNamespace
+
+    ngram = speculators.get("ngram")
+    modules = [SimpleNamespace(__name__=n, FAMILY=ngram) for n in ("a", "b")]
+    with pytest.raises(ValueError, match="'ngram' is defined twice"):
+        speculators.register(modules)
+
+
 def test_a_family_without_a_replay_says_so(tmp_path):
     with pytest.raises(ConfigError, match="method ngram has no pre-flight replay"):
         speculators.get("ngram").replay_model(str(tmp_path))

@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +146,7 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
     from harness import provenance, results, speculators
     from harness.checks import load_causal_lm
     from harness.errors import ConfigError
+    from harness.speculators.base import bits
 
     summary = results.read_summary(run_dir)
     if summary is None or summary.get("k") != 0:
@@ -154,46 +157,46 @@ def estimate(run_dir: Path, draft: str, ks: Sequence[int]) -> dict[str, Any]:
     requests = pq.read_table(run_dir / results.REQUESTS, columns=cols).to_pylist()
     prompts = run_prompts(summary, [r["problem_id"] for r in requests])
     model = family.replay_model(draft)
-    target = None  # loaded for chains, or for the first request verified past its end
+    target = cache(lambda: load_causal_lm(summary["target"], "target"))
     agree, beyond = {}, {}
     for r in requests:
         pid, output = r["problem_id"], r["output_token_ids"]
         prompt = prompts.get(pid)
         if prompt is None or len(prompt) != r["prompt_tokens"]:
             raise ConfigError(f"{run_dir}: cannot render the prompt of {pid} again")
-        if family.chains:  # every chain start reads the target's hidden states
-            target = target or load_causal_lm(summary["target"], "target")
-            more = continuation(target, prompt, output, max(ks))
-            chains = family.agreement(model, target, prompt, [*output, *more], max(ks))
-            agree[pid] = chains[: max(len(output) - 1, 0)]
-            continue
-        agree[pid] = family.agreement(model, None, prompt, output, max(ks))
-        if any(reaches_end(agree[pid], k) for k in ks):
-            target = target or load_causal_lm(summary["target"], "target")
-            more = continuation(target, prompt, output, max(ks))
-            whole = family.agreement(model, None, prompt, [*output, *more], max(ks))
-            beyond[pid] = whole[len(agree[pid]) :]
+        teacher = _Teacher(target, prompt, output, ks)
+        agree[pid], past = family.replay(model, teacher, prompt, output, max(ks))
+        if past:
+            beyond[pid] = past
     per_k = {}
     for k in ks:
         counts = (replay([*a, *beyond.get(pid, [])], k, len(a)) for pid, a in agree.items())
         per_k[str(k)] = metrics.total_counts(counts).to_row()
-    # a draft model's share of positions it predicts; a chain's at its first depth
-    firsts = [x[0] if family.chains else x for a in agree.values() for x in a
-              if not family.chains or x]  # fmt: skip
-
-    def bits(vector: list[bool]) -> str:
-        return "".join("1" if x else "0" for x in vector)
-
-    def depths(rows: list[list[bool]]) -> list[str]:  # a head's: depth-major, unknown = 0
-        return [bits([d < len(r) and r[d] for r in rows]) for d in range(max(ks))]
-
+    firsts = [x for a in agree.values() for x in family.firsts(a)]
     return {
         "draft_identity": provenance.model_identity(draft)["digest"],
         "agreement": sum(firsts) / max(len(firsts), 1),
         "ks": per_k,
-        "agree": {pid: depths(a) if family.chains else bits(a) for pid, a in agree.items()},
+        "agree": {pid: family.encode(a, max(ks)) for pid, a in agree.items()},
         "beyond": {pid: bits(b) for pid, b in beyond.items()},
     }
+
+
+@dataclass
+class _Teacher:
+    """The run's target for a family's replay of one request
+    (:class:`harness.speculators.base.Teacher`)."""
+
+    model: Callable[[], Any]  # the target's causal LM, loaded once for the run
+    prompt: Sequence[int]
+    output: Sequence[int]
+    ks: Sequence[int]
+
+    def more(self) -> list[int]:
+        return continuation(self.model(), self.prompt, self.output, max(self.ks))
+
+    def past_end(self, agree: Sequence[bool]) -> bool:
+        return any(reaches_end(agree, k) for k in self.ks)
 
 
 def write(run_dir: Path, draft: str, result: dict[str, Any]) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Iterable
 from typing import Any
 
 from harness.checks import model_config
@@ -16,17 +17,31 @@ from harness.errors import ConfigError
 from harness.speculators.base import Speculator
 
 
-def _discover() -> dict[str, Speculator]:
+def register(modules: Iterable[Any]) -> dict[str, Speculator]:
+    """The families of ``modules`` (``FAMILY`` or ``FAMILIES`` in each) by method.
+
+    Raises:
+        ValueError: two families claim one method.
+    """
     found: dict[str, Speculator] = {}
-    for module in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "base"):
-        loaded = importlib.import_module(f"{__name__}.{module}")
-        for family in getattr(loaded, "FAMILIES", ()) or (getattr(loaded, "FAMILY", None),):
-            if family is not None:
-                found[family.method] = family
+    for module in modules:
+        for family in getattr(module, "FAMILIES", ()) or (getattr(module, "FAMILY", None),):
+            if family is None:
+                continue
+            if family.method in found:
+                raise ValueError(
+                    f"speculator method {family.method!r} is defined twice: by "
+                    f"{type(found[family.method]).__module__} and {module.__name__}"
+                )
+            found[family.method] = family
     return found
 
 
-FAMILIES = _discover()
+FAMILIES = register(
+    importlib.import_module(f"{__name__}.{m.name}")
+    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+    if m.name != "base"
+)
 METHODS = tuple(FAMILIES)
 
 
@@ -52,16 +67,26 @@ def can_speculate(variant: Any) -> bool:
 
 
 def of_checkpoint(path: str) -> Speculator:
-    """The family a checkpoint on disk belongs to (its config.json), first that recognises it.
+    """The one family that recognises a checkpoint on disk (its config.json).
 
     Raises:
-        ConfigError: no family recognises it.
+        ConfigError: no family recognises it, or more than one does.
     """
     config = model_config(path) or {}
-    for family in FAMILIES.values():
-        if family.recognises(config):
-            return family
-    raise ConfigError(f"draft={path}: no speculator family recognises its config.json")
+    claimed = [family for family in FAMILIES.values() if family.recognises(config)]
+    if len(claimed) != 1:
+        which = ", ".join(f.method for f in claimed) or "no speculator family"
+        raise ConfigError(f"draft={path}: {which} recognise(s) its config.json; expected one")
+    return claimed[0]
 
 
-__all__ = ["FAMILIES", "METHODS", "Speculator", "can_speculate", "get", "of", "of_checkpoint"]
+__all__ = [
+    "FAMILIES",
+    "METHODS",
+    "Speculator",
+    "can_speculate",
+    "get",
+    "of",
+    "of_checkpoint",
+    "register",
+]

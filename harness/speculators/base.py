@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from harness.errors import ConfigError
 
@@ -66,8 +66,12 @@ class Speculator:
         """Whether a checkpoint's config.json is one of this family's."""
         return False
 
-    # pre-flight acceptance (:mod:`harness.measure.preflight`); None: the family has no replay
-    chains: ClassVar[bool | None] = None  # True: agreement per chain start and depth
+    def describe(self, config: dict[str, Any]) -> str:
+        """A few words on a checkpoint of this family (its config.json), for tables."""
+        return f"{config.get('num_hidden_layers', '?')} layers"
+
+    # pre-flight acceptance (:mod:`harness.measure.preflight`): a draft's greedy agreement
+    # with a K = 0 run's tokens, per position (a chain family: per chain start and depth)
 
     def replay_model(self, draft: str) -> Any:
         """The checkpoint loaded for its teacher-forced pre-flight pass."""
@@ -75,7 +79,44 @@ class Speculator:
 
     def agreement(
         self, model: Any, target: Any, prompt: Sequence[int], tokens: Sequence[int], depth: int
-    ) -> list[bool] | list[list[bool]]:
-        """Whether the family's greedy drafts equal ``tokens`` after ``prompt`` (per
-        position, or per chain start and depth when :attr:`chains`)."""
+    ) -> list[bool]:
+        """Whether the family's greedy draft of each token of ``tokens`` from the second,
+        after ``prompt``, equals it."""
         raise NotImplementedError
+
+    def replay(
+        self, model: Any, target: Teacher, prompt: Sequence[int], output: Sequence[int], depth: int
+    ) -> tuple[list[Any], list[bool]]:
+        """A request's agreement over its output, and past its end (over the target's next
+        tokens) where a verify step of the run's Ks would read them."""
+        agree = self.agreement(model, None, prompt, output, depth)
+        if not target.past_end(agree):
+            return agree, []
+        whole = self.agreement(model, None, prompt, [*output, *target.more()], depth)
+        return agree, whole[len(agree) :]
+
+    def firsts(self, agree: list[Any]) -> list[bool]:
+        """A request's agreement of the first draft of a step at each place a step starts."""
+        return list(agree)
+
+    def encode(self, agree: list[Any], depth: int) -> str | list[str]:
+        """A request's agreement as ``preflight.json`` stores it ("1"/"0" per position)."""
+        return bits(agree)
+
+
+class Teacher(Protocol):
+    """What a pre-flight replay may ask of the target, for one request."""
+
+    def model(self) -> Any:
+        """The target's causal LM (loaded once, when first asked)."""
+
+    def more(self) -> list[int]:
+        """The target's greedy tokens after the request's output (past its end)."""
+
+    def past_end(self, agree: Sequence[bool]) -> bool:
+        """Whether a verify step at one of the run's Ks would read past the output's end."""
+
+
+def bits(vector: Sequence[bool]) -> str:
+    """A vector of agreements as a string of "1" and "0"."""
+    return "".join("1" if x else "0" for x in vector)

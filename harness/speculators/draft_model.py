@@ -61,7 +61,6 @@ class DraftModel(Speculator):
     what = "a draft model sharing the target's tokenizer"
     timed_as_target = True
     trained_by = "train.sft"
-    chains = False
 
     def plan_check(
         self, target: str, draft: str | None, target_config: dict | None = None
@@ -76,7 +75,9 @@ class DraftModel(Speculator):
         return cfg.models.drafts.get("base")
 
     def recognises(self, config: dict[str, Any]) -> bool:
-        return "transformer_layer_config" not in config
+        """A causal LM of transformers (``*ForCausalLM``), not a speculators checkpoint."""
+        causal = any(a.endswith("ForCausalLM") for a in config.get("architectures") or ())
+        return causal and "speculators_model_type" not in config
 
     def replay_model(self, draft: str) -> Any:
         return load_causal_lm(draft, "draft")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.speculators.base import Teacher, bits
 from harness.speculators.heads import Head
 
 
@@ -84,7 +85,6 @@ class Eagle3(Head):
     what = "an EAGLE-3 head over the target's hidden states"
     host_interface = "supports_eagle3"
     trained_by = "train.eagle3"
-    chains = True
 
     def fused_layers(self, layers: list[int], head: dict[str, Any], name: str) -> None:
         fused = head.get("num_aux_hidden_states") or len(
@@ -99,13 +99,27 @@ class Eagle3(Head):
     def recognises(self, config: dict[str, Any]) -> bool:
         return config.get("speculators_model_type") == "eagle3"
 
+    def describe(self, config: dict[str, Any]) -> str:
+        layers = (config.get("transformer_layer_config") or {}).get("num_hidden_layers", "?")
+        return f"eagle3 head, {layers} layer(s), vocab {config.get('draft_vocab_size')}"
+
     def replay_model(self, draft: str) -> Any:
         return load_head(draft)
 
-    def agreement(
-        self, model: Any, target: Any, prompt: Sequence[int], tokens: Sequence[int], depth: int
-    ) -> list[list[bool]]:
-        return head_agreement(model, target, prompt, tokens, depth)
+    def replay(
+        self, model: Any, target: Teacher, prompt: Sequence[int], output: Sequence[int], depth: int
+    ) -> tuple[list[Any], list[bool]]:
+        """Every chain start reads the target's hidden states, past the end included."""
+        tokens = [*output, *target.more()]
+        chains = head_agreement(model, target.model(), prompt, tokens, depth)
+        return chains[: max(len(output) - 1, 0)], []
+
+    def firsts(self, agree: list[Any]) -> list[bool]:
+        return [chain[0] for chain in agree if chain]
+
+    def encode(self, agree: list[Any], depth: int) -> str | list[str]:
+        """Depth-major: one string per depth, over the chain starts (unknown = 0)."""
+        return [bits([d < len(chain) and chain[d] for chain in agree]) for d in range(depth)]
 
 
 FAMILY = Eagle3()
