@@ -28,7 +28,7 @@ else
   VLLM_KIND := $(VLLM)
 endif
 
-.PHONY: help install install-suffix install-tracking test test-slurm test-fast lint format sweep serve study report simulate models data data-report bench peers clean
+.PHONY: help install install-suffix install-tracking test test-slurm test-fast lint format sweep serve study report simulate models data data-report bench peers gpu-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -157,6 +157,10 @@ simulate: install ## Monte Carlo of speculative decoding vs the analytical model
 
 bench: install ## harness overhead vs bare vLLM, and engine launches per sweep
 	$(PY) bench/overhead.py
+
+# Without a GPU (VLLM_KIND cpu) nothing but the install is needed to say so in one line.
+gpu-check: install $(if $(filter cuda,$(VLLM_KIND)),install-suffix models) ## on one NVIDIA GPU: the tiny world on engine=cuda (draft, EAGLE-3 head, prompt lookup, suffix at K = 3) against the CPU pre-flight, and the qwen2.5 plan (ARGS="--help")
+	$(PY) bench/gpu_check.py $(ARGS)
 
 peers: install ## HF assisted generation, vllm bench latency and vllm bench serve beside draftbench (ARGS="--help")
 	$(PY) bench/peers.py $(ARGS)

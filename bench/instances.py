@@ -103,17 +103,16 @@ def main(argv: list[str]) -> int:
 def measure(args: argparse.Namespace, overrides: list[str]) -> int:
     """Time the instances and print (and append) the figures."""
     import pandas as pd
-    import torch
 
     from harness.backends import engine as engines
     from harness.config import compose_config
-    from harness.provenance import cpu_model
+    from harness.provenance import cpu_label
     from harness.sweep.runner import prepare
 
     cfg = compose_config([*overrides, "spec.k=0", "pairing=sequential", "limit=1"])
     job = prepare(cfg)
     mode = "live pairs taking turns" if args.paired else "one at a time"
-    cpu = f"{cpu_model()} ({torch.backends.cpu.get_cpu_capability()})"  # the ISA picks kernels
+    cpu = cpu_label()  # the vector ISA picks the kernels
     print(f"{job.spec.target}: {args.instances} instances ({mode}) x {args.passes} passes, "
           f"max_tokens {job.max_tokens}, on {cpu}")  # fmt: skip
     print(f"{'instance':<9} {'TPOT ms, mean':>14} {'passes CV':>10}")

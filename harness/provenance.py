@@ -101,6 +101,12 @@ def versions() -> dict[str, str | None]:
     }
 
 
+# Hardware fields added after runs were recorded without them; where some runs of a table
+# have one, the others read as UNKNOWN (``reports.load``).
+LATER_FIELDS = ("cpu_isa", "memory_gib")
+UNKNOWN = "unknown"
+
+
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform``)."""
     try:
@@ -110,6 +116,26 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_isa() -> str:
+    """The vector ISA torch dispatches its CPU kernels to (``"AVX2"``, ``"AVX512"``, ...)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def cpu_label() -> str:
+    """The CPU model with its vector ISA, e.g. ``AMD EPYC 7B13 (AVX2)``."""
+    return f"{cpu_model()} ({cpu_isa()})"
+
+
+def memory_gib() -> float | None:
+    """The machine's physical memory in GiB (None where the OS does not say)."""
+    try:
+        return round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30, 2)
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _gpu_driver() -> str | None:
@@ -124,9 +150,10 @@ def _gpu_driver() -> str | None:
 
 
 def hardware(device: str) -> dict[str, Any]:
-    """The machine: CPU model and cores; GPU name, count, memory (GiB) and driver when
-    present; on CPU the cores vLLM binds its threads to (``VLLM_CPU_OMP_THREADS_BIND`` as
-    the next engine starts with it, "auto" unless set)."""
+    """The machine: CPU model, its vector ISA (:func:`cpu_isa`), cores and memory (GiB);
+    GPU name, count, memory (GiB) and driver when present; on CPU the cores vLLM binds its
+    threads to (``VLLM_CPU_OMP_THREADS_BIND`` as the next engine starts with it, "auto"
+    unless set)."""
     bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") if device == "cpu" else None
     return {**_machine(device), "cpu_threads_bind": bind}
 
@@ -141,7 +168,9 @@ def _machine(device: str) -> dict[str, Any]:
     return {
         "device": device,
         "cpu": cpu_model(),
+        "cpu_isa": cpu_isa(),
         "cpu_count": os.cpu_count(),
+        "memory_gib": memory_gib(),
         "gpu": " + ".join(sorted(names)) or None,
         "gpu_count": count,
         "gpu_memory_gib": round(memory, 2) if memory else None,

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness import metrics, results
+from harness import metrics, provenance, results
 
 LEFT_ON_DISK = ("output_token_ids",)  # the biggest column; nothing in the report reads it
 # The columns the report needs; the other columns of the harness's schema are optional
@@ -239,4 +239,7 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
                           ("synthetic_acceptance_length", REAL_ACCEPTANCE)):  # fmt: skip
         runs[column] = runs.get(column, pd.Series(index=runs.index, dtype=object)).fillna(value)
     runs["instances"] = runs.get("instances", pd.Series(1, index=runs.index)).fillna(1).astype(int)
+    for field in provenance.LATER_FIELDS:  # runs recorded before the field existed
+        if (column := f"hardware_{field}") in runs:
+            runs[column] = runs[column].astype(object).fillna(provenance.UNKNOWN)
     return Results(requests, runs, skipped)

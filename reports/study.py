@@ -70,9 +70,11 @@ def preface(study: dict[str, Any]) -> list[str]:
                 "uncommitted changes to tracked files, which nothing here records.", ""]  # fmt: skip
     out += [study.get("description", "").strip(), ""]
     tree = "a dirty tree" if git.get("dirty") else "a clean tree"
-    gpu = hw.get("gpu") or "no GPU"
+    # the ISA and memory where recorded (studies made before they were say nothing of them)
+    machine = [hw.get("cpu_isa"), f"{hw.get('cpu_count')} cores",
+               hw.get("memory_gib") and f"{hw['memory_gib']} GiB memory", hw.get("gpu") or "no GPU"]  # fmt: skip
     out += [f"Made by `{study['command']}` at commit {commit} from {tree}, started "
-            f"{study['started']}, on {hw.get('cpu')} ({hw.get('cpu_count')} cores, {gpu}) "
+            f"{study['started']}, on {hw.get('cpu')} ({', '.join(filter(None, machine))}) "
             f"with vLLM {ver.get('vllm')}, torch {ver.get('torch')}.", "",
             markdown.table(pd.DataFrame(study["steps"]),
                            [("step", lambda r: r["step"]),

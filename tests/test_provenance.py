@@ -146,3 +146,63 @@ def test_a_model_under_a_linked_models_dir_is_recorded_inside_the_checkout(
     monkeypatch.setattr(provenance, "CHECKOUT", checkout)
     name = resolve_model(str(checkout / "models" / target.name))
     assert provenance.model_identity(name)["model"] == f"models/{target.name}"
+
+
+def test_the_hardware_record_names_the_vector_isa_torch_dispatches_to_and_the_memory():
+    import torch
+
+    machine = provenance.hardware("cpu")
+    assert machine["cpu_isa"] == torch.backends.cpu.get_cpu_capability() != ""
+    assert machine["memory_gib"] > 0
+    assert provenance.cpu_label() == f"{machine['cpu']} ({machine['cpu_isa']})"
+
+
+def _hardware_runs(tmp_path, recorded: dict) -> None:
+    """Two runs of one sweep, the cot_sd one's hardware record extended by ``recorded``."""
+    from tests import run_fixtures
+
+    v = {x.name: x for x in run_fixtures.SEED_STUDY}
+    run_fixtures.write_job(tmp_path, run_fixtures.Job("s", v["cot"], "synth_easy", "easy", 0))
+    job = run_fixtures.Job("s", v["cot_sd"], "synth_easy", "easy", 2)
+    path = run_fixtures.write_job(tmp_path, job) / results.SUMMARY
+    summary = json.loads(path.read_text())
+    summary["hardware"] |= recorded
+    path.write_text(json.dumps(summary))
+
+
+def test_a_run_recorded_before_the_isa_reads_it_as_unknown_beside_one_that_has_it(tmp_path):
+    from reports import load
+
+    _hardware_runs(tmp_path, {"cpu_isa": "AVX2", "memory_gib": 7.5})
+    runs = load.load(tmp_path).runs.set_index("variant")
+    assert runs.loc["cot_sd", "hardware_cpu_isa"] == "AVX2"
+    assert runs.loc["cot", "hardware_cpu_isa"] == provenance.UNKNOWN
+    assert runs.loc["cot", "hardware_memory_gib"] == provenance.UNKNOWN
+    assert runs.loc["cot", "hardware_gpu"] is None  # a field every record has stays as it is
+
+
+def test_runs_that_all_predate_the_isa_get_no_isa_column(tmp_path):
+    """A committed study's report regenerates as it was: no column it never had."""
+    from reports import load
+
+    _hardware_runs(tmp_path, {})
+    assert "hardware_cpu_isa" not in load.load(tmp_path).runs
+
+
+def test_a_study_names_its_vector_isa_and_memory_where_recorded():
+    from reports.study import preface
+
+    def machine_line(hardware: dict) -> str:
+        study = {
+            "name": "s", "git": {"commit": "0" * 40, "dirty": False}, "versions": {},
+            "hardware": {"cpu": "Some CPU", "cpu_count": 2, "gpu": None, **hardware},
+            "command": "python -m study s", "started": "today", "steps": [],
+            "raw": {"runs": 0, "bytes": 0, "largest_bytes": 0, "compaction": "none"},
+            "sentinel": {"reruns": [], "rerun_flagged": 0},
+        }  # fmt: skip
+        return next(line for line in preface(study) if line.startswith("Made by"))
+
+    assert "on Some CPU (AVX512, 2 cores, 15.5 GiB memory, no GPU)" in machine_line(
+        {"cpu_isa": "AVX512", "memory_gib": 15.5}
+    )
+    assert "on Some CPU (2 cores, no GPU)" in machine_line({})  # a study made before them
