@@ -41,8 +41,10 @@ def test_forest_has_a_row_per_comparison_over_the_aa_band_and_leads_the_report(t
     assert (band.get_y(), band.get_height()) == (-0.5, 2.0)  # behind both rows
     plt.close("all")
     text = make_report(tmp_path / "res", tmp_path / "out", n_boot=50).read_text()
-    first = text.split("## Figures\n\n", 1)[1].splitlines()[0:3]
+    opening = text.split("## Flagged runs", 1)[0]  # the summary line, then the forest plot
+    first = opening.split("configurations; 0 run directories skipped.\n\n", 1)[1].splitlines()
     assert first[0] == "**1. speedup forest**" and "](figures/speedup_forest.png)" in first[2]
+    assert text.split("## Figures\n\n", 1)[1].startswith("**2. ")
 
 
 def test_without_a_model_or_an_aa_check_titles_say_nothing_of_them(tmp_path):
