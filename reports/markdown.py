@@ -569,7 +569,7 @@ def report(
     record) and the ``made`` lines."""
     which = ", ".join(sweeps) if sweeps else "all sweeps"
     out = ["# draftbench report", "", *preface]
-    lead = [*_figure(1, shown[0]), *_flagged(t.runs, reruns), *made]
+    lead = [*(_figure(1, shown[0]) if shown else []), *_flagged(t.runs, reruns), *made]
     if t.table.empty and not t.whatif.empty:
         return "\n".join([*out, *lead, *_whatif(t.whatif), *_figures(shown[1:], 2),
                           *_skipped(t.skipped)])  # fmt: skip
