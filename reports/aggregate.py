@@ -10,7 +10,6 @@ of docs/ARCHITECTURE.md.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -20,7 +19,7 @@ import pyarrow as pa
 
 from harness import metrics
 from harness.data import grading
-from reports import bootstrap
+from reports import bootstrap, sentinel
 
 GROUP = (
     "sweep_id", "target", "target_role", "variant", "draft", "prompt_style", "dataset",
@@ -492,35 +491,6 @@ def _repeats(df: pd.DataFrame) -> pd.DataFrame:
     return per_seed.groupby(list(GROUP), sort=True, dropna=False).agg(**how)
 
 
-DRIFT = 0.05  # a reference that moved more than this within a run or across runs is flagged
-
-
-def _drift(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per group, from its runs' drift sentinel (``harness.sweep.job.Reference``), each the
-    largest in size over the group's runs: ``reference_drift``, the reference's move within
-    a run (end / start - 1); ``reference_shift``, a run's reference over the median of its
-    sweep's references on the same plain target (runs timed on a plain engine: K = 0 and
-    interleaved ones) - 1, the machine's speed then against the sweep's; and
-    ``reference_spread``, max / min - 1 of the group's runs' references (repeats)."""
-    nan = pd.Series(np.nan, index=runs.index)
-    start = runs.get("reference_start_s", nan).astype(float)
-    end = runs.get("reference_end_s", nan).astype(float)
-    plain = start.where(runs.get("reference_k", nan) == 0)
-    median = plain.groupby([runs["sweep_id"], runs["target"]]).transform("median")
-    frame = runs[list(GROUP)].assign(
-        reference_drift=end / start - 1, reference_shift=plain / median - 1, _start=start
-    )
-    grouped = frame.groupby(list(GROUP), sort=True, dropna=False)
-    out = grouped["_start"].agg(lambda x: x.max() / x.min() - 1).rename("reference_spread")
-    parts = [out.reset_index()]
-    for col in ("reference_drift", "reference_shift"):
-        largest = frame.assign(_abs=frame[col].abs()).sort_values(
-            "_abs", ascending=False, na_position="last", kind="stable"
-        )
-        parts.append(largest.drop_duplicates(list(GROUP))[[*GROUP, col]])
-    return functools.reduce(lambda a, b: a.merge(b, on=list(GROUP)), parts)
-
-
 def hardware_id(runs: pd.DataFrame) -> pd.Series:
     """Per run: CPU model / GPU names, what a speedup must not cross."""
     cpu = runs.get("hardware_cpu", pd.Series("?", index=runs.index)).fillna("?").astype(str)
@@ -580,7 +550,7 @@ def aggregate(
     )
     extras = (_quantiles(ok), _answers(ok), _short_proposals(ok), _losses(requests), _repeats(df))
     cast = runs.astype({c: stats[c].dtype for c in GROUP})
-    for extra in (*(e.reset_index() for e in extras), _run_stats(runs, stats), _drift(cast),
+    for extra in (*(e.reset_index() for e in extras), _run_stats(runs, stats), sentinel.by_group(cast, GROUP),
                   speedups):  # fmt: skip
         table = table.merge(extra, on=list(GROUP), how="left")
     base_tp = table[table["k"] == 0].groupby(list(BASELINE), dropna=False)["throughput_tok_s"]

@@ -1,7 +1,8 @@
 """The report's figures (matplotlib, PNG): one function per figure of the study.
 
 Each ``fig_*`` function draws one figure from the precomputed tables of
-:class:`reports.tables.ReportTables` and returns it, or None when its data is absent;
+:class:`reports.tables.ReportTables` and returns it, None when its data is absent, or a
+string saying why there is nothing to draw (accuracy 0 in every row);
 :func:`render_report` saves them and records which were skipped and why. Error bars
 are 95% bootstrap CIs over problems. Figures on the analytical model's axes live in
 :mod:`reports.theory_figures`.
@@ -30,63 +31,81 @@ if TYPE_CHECKING:
 
 
 def fig_forest(t: ReportTables) -> Figure | None:
-    """Every speculative row's TPOT speedup with its 95% CI, one row each, grouped by
-    sweep, over the sweep's A/A band (its interleaved K = 0 rows' CIs, low to high)."""
+    """Every comparison's TPOT speedup with its 95% CI, one row each, grouped by sweep: the
+    A/A checks (interleaved K = 0 rows), the speculative rows and the what-if rows, over
+    the sweep's A/A band (its A/A checks' CIs, low to high)."""
     table = t.table
-    rows = table[(table["k"] > 0) & (table["draft"] != "none")].dropna(subset=["speedup_tpot"])
+    aa = table[(table["k"] == 0) & (table["pairing"] == "interleaved")].assign(_kind=0)
+    spec = table[(table["k"] > 0) & (table["draft"] != "none")].assign(_kind=1)
+    whatif = t.whatif.assign(_kind=2) if not t.whatif.empty else None
+    rows = pd.concat([aa, spec, whatif]).dropna(subset=["speedup_tpot"])
     if rows.empty:
         return None
-    order = ["sweep_id", "dataset", "series", "k", "k_schedule", "concurrency", "request_rate"]
-    rows = rows.sort_values(order).assign(y=np.arange(len(rows)))
-    aa = table[(table["k"] == 0) & (table["pairing"] == "interleaved")]
-    aa = aa.dropna(subset=["speedup_tpot"]).merge(
-        rows[list(aggregate.BASELINE)].drop_duplicates(), on=list(aggregate.BASELINE)
-    )
-    varying = {c for c in ("concurrency", "request_rate", "pairing") if rows[c].nunique() > 1}
+    order = ["sweep_id", "dataset", "_kind", "series", "instances", "k", "k_schedule",
+             "concurrency", "request_rate", "synthetic_acceptance_length"]  # fmt: skip
+    rows = rows.sort_values([c for c in order if c in rows]).assign(y=np.arange(len(rows)))
+    varying = {c for c in ("concurrency", "request_rate", "pairing", "instances", "n_repeats")
+               if c in rows and rows[c].nunique() > 1}  # fmt: skip
     labels = [_forest_label(r, varying) for _, r in rows.iterrows()]
     size = (5.0 + 0.06 * max(map(len, labels)), max(3.0, 1.4 + 0.27 * len(rows)))
     fig, ax = plt.subplots(figsize=size, layout="constrained")
     ax.grid(alpha=0.3, axis="x")
+    checks = rows[rows["_kind"] == 0]
     for sweep, g in rows.groupby("sweep_id", sort=False):
         top, bottom = g["y"].min() - 0.5, g["y"].max() + 0.5
         if top > 0:
             ax.axhline(top, color="0.4", lw=0.8)
-        band = aa[aa["sweep_id"] == sweep]
+        band = checks[checks["sweep_id"] == sweep]
         if not band.empty:
             lo, hi = band["speedup_tpot_lo"].min(), band["speedup_tpot_hi"].max()
             ax.add_patch(Rectangle((lo, top), hi - lo, bottom - top, color="0.6", alpha=0.35,
                                    lw=0, label="A/A check (K = 0 pairs), 95% CI"))  # fmt: skip
-    for series, g in rows.groupby("series", sort=False):
+    sweeps = plotting.sweeps(rows)
+    for (series, kind), g in rows.groupby(["series", "_kind"], sort=False):
+        tone = "0.35" if kind == 0 else plotting.color(series)
         ax.errorbar(g["speedup_tpot"], g["y"], xerr=plotting.yerr(g, "speedup_tpot"),
-                    fmt=plotting.marker(series), capsize=3, color=plotting.color(series))  # fmt: skip
+                    fmt=plotting.marker(series, sweeps), capsize=3, color=tone)  # fmt: skip
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_yticks(rows["y"], labels, fontsize=8)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel("TPOT speedup (x, vs K = 0)")
-    shaded = "; shaded: the sweep's A/A check" if not aa.empty else ""
-    return plotting.finish(
-        fig, f"TPOT speedup of every speculative configuration (95% CIs){shaded}"
-    )
+    shaded = "; shaded: the sweep's A/A checks" if not checks.empty else ""
+    return plotting.finish(fig, f"TPOT speedup of every comparison (95% CIs){shaded}")
 
 
 def _forest_label(r: pd.Series, varying: set[str]) -> str:
-    """Series, dataset and K, and what else tells the row apart."""
-    parts = [r["series"], r["dataset"], f"K={r['k']}"]
-    if r["k_schedule"] != "none":
-        parts.append(f"K by batch {r['k_schedule']}")
-    if "concurrency" in varying:
-        parts.append(f"concurrency {r['concurrency']}")
-    if "request_rate" in varying:
-        parts.append("closed loop" if r["request_rate"] == 0 else f"{r['request_rate']:g} req/s")
-    if "pairing" in varying:
-        parts.append(r["pairing"])
-    return ", ".join(parts)
+    """What the row compares (A/A, speculation or what-if), series, dataset and K, and what
+    else tells the row apart."""
+    parts = [f"A/A: {r['series']}" if r["_kind"] == 0 else r["series"], r["dataset"]]
+    if r["_kind"]:
+        parts.append(f"K={r['k']}")
+    if r["_kind"] == 2:
+        parts.append(f"what-if length {r['synthetic_acceptance_length']:g}")
+    schedule = r.get("k_schedule")
+    if isinstance(schedule, str) and schedule != "none":
+        parts.append(f"K by batch {schedule}")
+    said = {"concurrency": lambda v: f"concurrency {v:g}", "pairing": str,
+            "request_rate": lambda v: "closed loop" if v == 0 else f"{v:g} req/s",
+            "instances": lambda v: f"N={v:g}", "n_repeats": lambda v: f"{v:g} repeats"}  # fmt: skip
+    parts += [say(r[c]) for c, say in said.items() if c in varying and pd.notna(r.get(c))]
+    return ", ".join(str(p) for p in parts)
 
 
-def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | None:
+def _all_wrong(rows: pd.DataFrame) -> bool:
+    """True when every row's accuracy, CI included, is 0: an accuracy figure shows nothing."""
+    cols = [c for c in ("accuracy", "accuracy_lo", "accuracy_hi") if c in rows]
+    return bool((rows[cols].fillna(0).to_numpy() == 0).all())
+
+
+NOTHING_RIGHT = "accuracy is 0 in every row (every answer graded wrong): nothing to draw"
+
+
+def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | str | None:
     heads = t.headline.dropna(subset=[stat])
     if heads.empty:
         return None
+    if stat == "accuracy" and _all_wrong(heads):
+        return NOTHING_RIGHT
     datasets = plotting.datasets(heads)
     series = list(dict.fromkeys(heads["series"]))
     width = 0.8 / len(series)
@@ -103,11 +122,12 @@ def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | None:
             if k:
                 ax.annotate(f"K={k}", (xi, 0), ha="center", va="bottom", fontsize=7, color="w")
     ax.set_xticks(range(len(datasets)), [plotting.title(*d) for d in datasets])
+    ax.set_ylim(bottom=0)
     ax.set_ylabel(ylabel)
     return plotting.finish(fig, title)
 
 
-def fig_accuracy(t: ReportTables) -> Figure | None:
+def fig_accuracy(t: ReportTables) -> Figure | str | None:
     """Accuracy by variant per dataset."""
     return _bars(t, "accuracy", "accuracy (fraction correct)", "Accuracy by variant (95% CI)")
 
@@ -119,12 +139,15 @@ def fig_output_tokens(t: ReportTables) -> Figure | None:
     )
 
 
-def fig_accuracy_vs_tokens(t: ReportTables) -> Figure | None:
+def fig_accuracy_vs_tokens(t: ReportTables) -> Figure | str | None:
     """Accuracy against output tokens, one point per variant: the cost/quality frontier."""
     heads = t.headline[t.headline["draft"] == "none"].dropna(subset=["accuracy", "output_tokens"])
     if heads.empty:
         return None
+    if _all_wrong(heads):
+        return NOTHING_RIGHT
     datasets = plotting.datasets(heads)
+    sweeps = plotting.sweeps(heads)
     fig, axes = plotting.panels(len(datasets))
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
         for _, r in heads[heads["dataset"] == dataset].iterrows():
@@ -134,7 +157,7 @@ def fig_accuracy_vs_tokens(t: ReportTables) -> Figure | None:
                 r["accuracy"],
                 xerr=plotting.yerr(one, "output_tokens"),
                 yerr=plotting.yerr(one, "accuracy"),
-                fmt=plotting.marker(r["series"]),
+                fmt=plotting.marker(r["series"], sweeps),
                 ms=7,
                 capsize=3,
                 color=plotting.color(r["series"]),
@@ -159,22 +182,23 @@ def fig_acceptance_vs_k(t: ReportTables) -> Figure | None:
     stats = ((0, "acceptance_rate", theory.modelled_acceptance),
              (1, "mean_acceptance_length", theory.expected_tokens))  # fmt: skip
     fitted = False
+    ks: set[int] = set()
     for col, (dataset, difficulty) in enumerate(datasets):
-        ks: set[int] = set()
-        for series, g in rows[rows["dataset"] == dataset].groupby("series", sort=True):
-            g = g.sort_values("k")
+        lines = list(plotting.traces(rows[rows["dataset"] == dataset], rows))
+        for i, (label, style, g) in enumerate(lines):
             fit = fits.get(tuple(g.iloc[0][["sweep_id", "variant", "dataset", "concurrency"]]))
             grid = np.arange(1, g["k"].max() + 1)
             ks |= set(g["k"]) | (set(grid) if fit is not None else set())
-            style = {"color": plotting.color(series)}
+            x = g["k"] + plotting.dodge(i, len(lines))
             for row, stat, curve in stats:
                 ax = axes[row, col]
-                ax.errorbar(g["k"], g[stat], yerr=plotting.yerr(g, stat), fmt=plotting.marker(series) + "-",
-                            capsize=3, label=series, **style)  # fmt: skip
+                ax.errorbar(x, g[stat], yerr=plotting.yerr(g, stat), capsize=3, label=label,
+                            **style)  # fmt: skip
                 if fit is not None:
-                    ax.plot(grid, curve(fit["alpha"], grid), "--", alpha=0.7, **style)
+                    ax.plot(grid, curve(fit["alpha"], grid), "--", alpha=0.7, color=style["color"])
                     fitted = True
         axes[0, col].set_title(plotting.title(dataset, difficulty))
+    for col in range(len(datasets)):  # one K range for every panel
         plotting.k_axis(axes[0, col], ks, label=None)
         plotting.k_axis(axes[1, col], ks)
     plotting.ylabel(axes[0], "acceptance rate\n(accepted / proposed)")
@@ -190,7 +214,8 @@ def fig_acceptance_vs_k(t: ReportTables) -> Figure | None:
 
 
 def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
-    """TPOT and e2e speedup vs K, measured with CIs, predicted, best K marked."""
+    """TPOT and e2e speedup vs K, measured with CIs, predicted, best K marked; one K range
+    for every panel."""
     rows = plotting.spec_rows(t.table).dropna(subset=["speedup_tpot"])
     if rows.empty:
         return None
@@ -198,33 +223,34 @@ def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
     fits = plotting.theory_by_config(t)
     fig, axes = plotting.panels(len(datasets), stats=2, sharey="row")
     keys: dict[str, Line2D] = {}
+    ks = {0}
     for col, (dataset, difficulty) in enumerate(datasets):
-        ks: list[set[int]] = [{0}, {0}]
-        for series, g in rows[rows["dataset"] == dataset].groupby("series", sort=True):
-            g = g.sort_values("k")
-            style = {"color": plotting.color(series)}
+        lines = list(plotting.traces(rows[rows["dataset"] == dataset], rows))
+        for i, (label, style, g) in enumerate(lines):
             fit = fits.get(tuple(g.iloc[0][["sweep_id", "variant", "dataset", "concurrency"]]))
+            ks |= set(g["k"])
+            x = np.concatenate([[0], g["k"]]) + plotting.dodge(i, len(lines))
             for row, stat in ((0, "speedup_tpot"), (1, "speedup_e2e")):
                 ax = axes[row, col]
-                ks[row] |= set(g["k"])
                 err = np.hstack([[[0], [0]], plotting.yerr(g, stat)]).tolist()
-                ax.errorbar(np.concatenate([[0], g["k"]]), np.concatenate([[1.0], g[stat]]),
-                            yerr=err, fmt=plotting.marker(series) + "-", capsize=3,
-                            label=series, **style)  # fmt: skip
-                best = g.loc[g[stat].idxmax()]
-                if best[stat] > 1:
-                    ax.plot(best["k"], best[stat], "*", ms=16, mec="k", **style)
+                ax.errorbar(x, np.concatenate([[1.0], g[stat]]), yerr=err, capsize=3,
+                            label=label, **style)  # fmt: skip
+                best = g[stat].to_numpy(float).argmax()
+                if g[stat].iloc[best] > 1:
+                    ax.plot(x[best + 1], g[stat].iloc[best], "*", ms=16, mec="k",
+                            color=style["color"])  # fmt: skip
                     keys["measured best K"] = plotting.key(marker="*", ls="", ms=12, mfc="w")
                 if fit is not None and row == 0 and np.isfinite(fit["c"]):
                     grid = np.arange(0, g["k"].max() + 3)
                     curve = theory.predicted_speedup(fit["alpha"], grid, max(fit["c"], 0.0))
-                    ax.plot(grid, curve, "--", alpha=0.7, **style)
-                    ks[row] |= set(grid)
+                    ax.plot(grid, curve, "--", alpha=0.7, color=style["color"])
+                    ks |= set(grid)
                     keys["predicted E/(Kc+1)"] = plotting.key(ls="--")
+        axes[0, col].set_title(plotting.title(dataset, difficulty))
+    for col in range(len(datasets)):
         for row in (0, 1):
             axes[row, col].axhline(1.0, color="k", lw=0.8)
-            plotting.k_axis(axes[row, col], ks[row], label=None if row == 0 else plotting.K_LABEL)
-        axes[0, col].set_title(plotting.title(dataset, difficulty))
+            plotting.k_axis(axes[row, col], ks, label=None if row == 0 else plotting.K_LABEL)
     plotting.ylabel(axes[0], "TPOT speedup\n(x, vs K = 0)")
     plotting.ylabel(axes[1], "end-to-end speedup\n(x, vs K = 0)")
     dashed = (
@@ -248,17 +274,18 @@ def fig_positions(t: ReportTables) -> Figure | None:
     fitted = False
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
         sub = pos[pos["dataset"] == dataset]
-        for series, g in sub.groupby("series", sort=True):
+        for label, style, g in plotting.traces(sub, pos):
+            series = g["series"].iloc[0]
+            g = g.sort_values("position")
             ax.errorbar(
                 g["position"],
                 g["acceptance"],
                 yerr=plotting.yerr(
                     g.rename(columns={"lo": "acceptance_lo", "hi": "acceptance_hi"}), "acceptance"
                 ),
-                fmt=plotting.marker(series) + "-",
                 capsize=3,
-                color=plotting.color(series),
-                label=f"{series} (K={g['k'].iloc[0]})",
+                label=f"{label} (K={g['k'].iloc[0]})",
+                **style,
             )
             fit = fits.get(tuple(g.iloc[0][["sweep_id", "variant", "dataset", "concurrency"]]))
             if fit is not None:
@@ -286,19 +313,19 @@ def fig_speedup_vs_concurrency(t: ReportTables) -> Figure | None:
     fig, axes = plotting.panels(len(datasets))
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
         sub = rows[rows["dataset"] == dataset]
-        for (series, k), g in sub.groupby(["series", "k"], sort=True):
-            g = g.sort_values("concurrency")
+        for k, by_k in sub.groupby("k", sort=True):
             shade = 0.35 + 0.65 * k / sub["k"].max()
-            ax.errorbar(
-                g["concurrency"],
-                g["speedup_tpot"],
-                yerr=plotting.yerr(g, "speedup_tpot"),
-                fmt=plotting.marker(series) + "-",
-                capsize=3,
-                color=plotting.color(series),
-                alpha=shade,
-                label=f"{series} K={k}",
-            )
+            for label, style, g in plotting.traces(by_k, rows):
+                g = g.sort_values("concurrency")
+                ax.errorbar(
+                    g["concurrency"],
+                    g["speedup_tpot"],
+                    yerr=plotting.yerr(g, "speedup_tpot"),
+                    capsize=3,
+                    alpha=shade,
+                    label=f"{label} K={k}",
+                    **style,
+                )
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xscale("log", base=2)
         levels = sorted(sub["concurrency"].unique())
@@ -408,11 +435,12 @@ def fig_whatif(t: ReportTables) -> Figure | None:
 REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], str], ...] = (
     (
         "speedup_forest",
-        "Every speculative configuration's TPOT speedup over K = 0 with its 95% CI; shaded, "
-        "where a sweep paired interleaved: the range of its A/A checks' CIs, the pairing's "
-        "noise floor.",
+        "Every comparison's TPOT speedup over K = 0 with its 95% CI: the A/A checks (grey, "
+        "K = 0 paired with K = 0), the speculative configurations and the what-if runs; "
+        "shaded, where a sweep paired interleaved: the range of its A/A checks' CIs, the "
+        "pairing's noise floor.",
         fig_forest,
-        "no speculative runs with a K = 0 baseline of the same target",
+        "no speedup measured against a K = 0 baseline of the same target",
     ),
     (
         "whatif_surface",

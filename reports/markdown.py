@@ -7,9 +7,9 @@ time-dependent is written, so the same runs give the same file.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -342,16 +342,18 @@ def _definitions(out_dir: Path, n_boot: int, seed: int) -> str:
     )
 
 
-def _figures(shown: list[Shown]) -> list[str]:
-    out = ["## Figures", ""]
-    for i, s in enumerate(shown, 1):
-        title = s.name.replace("_", " ")
-        if s.path is None:
-            out += [f"**{i}. {title}**: skipped, {s.note}.", ""]
-        else:
-            out += [f"**{i}. {title}**", "", f"![{s.caption}](figures/{s.path.name})", "",
-                    f"*{s.caption}*", ""]  # fmt: skip
-    return out
+def _figure(i: int, s: Shown) -> list[str]:
+    """Figure ``i``: its image and caption, or one line saying why it was not drawn."""
+    title = s.name.replace("_", " ")
+    if s.path is None:
+        return [f"**{i}. {title}**: skipped, {s.note}.", ""]
+    return [f"**{i}. {title}**", "", f"![{s.caption}](figures/{s.path.name})", "",
+            f"*{s.caption}*", ""]  # fmt: skip
+
+
+def _figures(shown: Sequence[Shown], first: int = 1) -> list[str]:
+    """The figures, numbered from ``first``."""
+    return ["## Figures", ""] + [line for i, s in enumerate(shown, first) for line in _figure(i, s)]
 
 
 def _hypotheses(verdicts: tuple[hypotheses.Verdict, ...]) -> list[str]:
@@ -449,20 +451,20 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         if r.get("speedup_note"):
             notes.append(f"- {name}: {r['speedup_note']}")
         drift = r.get("reference_drift")
-        if drift is not None and abs(drift) > aggregate.DRIFT:
+        if sentinel.is_flagged(drift):
             notes.append(f"- {name}: the drift sentinel moved {drift:+.1%} within a run "
-                         f"(more than {aggregate.DRIFT:.0%}); its timings are suspect")  # fmt: skip
+                         f"(more than {sentinel.DRIFT:.0%}); its timings are suspect")  # fmt: skip
         if r.get("boot_dropped", 0):
             notes.append(f"- {name}: up to {num(r['boot_dropped'], 0)} bootstrap replicate(s) "
                          "of a statistic drew only problems with a zero denominator and were "
                          "left out of its interval")  # fmt: skip
         shift = r.get("reference_shift")
-        if shift is not None and abs(shift) > aggregate.DRIFT:
+        if sentinel.is_flagged(shift):
             notes.append(f"- {name}: the drift sentinel read {shift:+.1%} against the sweep's "
                          "median for this target: the machine ran at another speed during "
                          "this run than during the others")  # fmt: skip
         spread = r.get("reference_spread")
-        if spread is not None and spread > aggregate.DRIFT:
+        if sentinel.is_flagged(spread):
             notes.append(f"- {name}: the drift sentinel differs by {spread:.1%} across its "
                          "runs (the machine changed speed between repeats)")  # fmt: skip
     out += ["Notes:", "", *notes, ""] if notes else []
@@ -513,21 +515,31 @@ def _instances(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                          ("measured s", lambda r: num(r["wall_s"], 1))]), ""]  # fmt: skip
 
 
-def _flagged(runs: pd.DataFrame) -> list[str]:
-    """The runs the drift sentinel flags (``reports.sentinel``), first thing in the report."""
-    rows = sentinel.flagged(runs)
+def _outcome(r: pd.Series) -> str:
+    """What became of a flagged run."""
+    if not r["reruns"]:
+        return "kept flagged, not re-run"
+    return f"re-run {r['reruns']}x, " + ("kept flagged" if r["flagged"] else "replaced")
+
+
+def _flagged(runs: pd.DataFrame, reruns: Mapping[str, Any] | None) -> list[str]:
+    """Every run the drift sentinel flagged, its drift and what became of it
+    (``reports.sentinel.outcomes``); ``reruns``: a study's ``sentinel`` record."""
+    rows = sentinel.outcomes(runs, reruns)
+    limit = f" (re-runs allowed per run: {reruns['rerun_flagged']})" if reruns else ""
     if rows.empty:
-        return []
-    return ["## Runs the drift sentinel flags", "",
-            f"Each run's fixed reference request moved more than {sentinel.DRIFT:.0%} "
-            "between the run's start and end: the machine changed speed during it, so its "
-            "timings are suspect. They stay in every table; each verdict widens their "
-            "speedup interval by that move (docs/METRICS.md).", "",
+        return ["## Flagged runs", "",
+                f"No run's drift sentinel moved more than {sentinel.DRIFT:.0%}{limit}.", ""]  # fmt: skip
+    return ["## Flagged runs", "",
+            f"Runs whose fixed reference request moved more than {sentinel.DRIFT:.0%} between "
+            f"the run's start and end: the machine changed speed during it{limit}. Drift: "
+            "each attempt's, the kept run's last; replaced: the last attempt, within "
+            f"{sentinel.DRIFT:.0%}, is the run every table uses. A run kept flagged stays in "
+            "every table; each verdict widens its speedup interval by its drift "
+            "(docs/METRICS.md).", "",
             table(rows, [("sweep", _col("sweep_id")), ("run", lambda r: f"`{r['run_id']}`"),
-                         ("sentinel start -> end, ms per unit",
-                          lambda r: f"{num(r['reference_start_s'], 2, 1000)} -> "
-                          f"{num(r['reference_end_s'], 2, 1000)}"),
-                         ("drift", lambda r: f"{r['drift']:+.1%}")]), ""]  # fmt: skip
+                         ("drift", lambda r: ", ".join(f"{d:+.1%}" for d in r["drifts"])),
+                         ("outcome", _outcome)]), ""]  # fmt: skip
 
 
 def _skipped(skipped: Sequence) -> list[str]:
@@ -548,13 +560,19 @@ def report(
     seed: int,
     out_dir: Path,
     preface: Sequence[str] = (),
+    made: Sequence[str] = (),
+    reruns: Mapping[str, Any] | None = None,
 ) -> str:
-    """The text of REPORT.md, written into ``out_dir`` (its links relative to it); the
-    ``preface`` lines come first, under the title."""
+    """The text of REPORT.md, written into ``out_dir`` (its links relative to it): the
+    ``preface`` lines under the title, then what the runs are, the first figure (the
+    forest plot of every comparison), the flagged runs (``reruns``: a study's sentinel
+    record) and the ``made`` lines."""
     which = ", ".join(sweeps) if sweeps else "all sweeps"
     out = ["# draftbench report", "", *preface]
+    lead = [*(_figure(1, shown[0]) if shown else []), *_flagged(t.runs, reruns), *made]
     if t.table.empty and not t.whatif.empty:
-        return "\n".join([*out, *_whatif(t.whatif), *_figures(shown), *_skipped(t.skipped)])
+        return "\n".join([*out, *lead, *_whatif(t.whatif), *_figures(shown[1:], 2),
+                          *_skipped(t.skipped)])  # fmt: skip
     if t.table.empty:
         out += [f"**No complete runs found** under `{source}` ({which}). Run a sweep first "
                 "(`make sweep`), then `make report` again.", "", *_skipped(t.skipped)]  # fmt: skip
@@ -565,7 +583,7 @@ def report(
         f"{len(t.requests)} requests, {len(t.table)} configurations; "
         f"{len(t.skipped)} run director{'y' if len(t.skipped) == 1 else 'ies'} skipped.",
         "",
-        *_flagged(t.runs),
+        *lead,
         *_hypotheses(t.verdicts),
         "## Headline results",
         "",
@@ -603,7 +621,7 @@ def report(
         *_serving(t.serving, t.crossovers),
         *_schedules(t.schedules, t.schedule_checks),
         *_whatif(t.whatif),
-        *_figures(shown),
+        *_figures(shown[1:], 2),
         "## All configurations",
         "",
         table(t.table, ALL_GROUPS),

@@ -1,18 +1,19 @@
 """Shared plotting helpers for the report's and the simulator's figures (Agg backend).
 
-Style (a colour per variant, a marker per sweep, panel sizes, constrained layout), panels
-wrapped into at most three columns, integer K axes, CI error bars, a title and one legend
-beside the panels, and saving a figure or recording why it was skipped.
+Style (a colour per variant, a marker per sweep, a line style per number of engine
+instances, panel sizes, constrained layout), panels wrapped into at most three columns,
+integer K axes, CI error bars, a title and one legend beside the panels, and saving a
+figure or recording why it was skipped.
 """
 
 from __future__ import annotations
 
 import textwrap
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -44,6 +45,8 @@ COLORS = {"base": "#7f7f7f", "cot": "#4c8bd6", "cod": "#f28e2b", "cot_sd": "#0b3
           "cod_suffix": "#f48fb1", "base_cot": "#17becf", "base_cod": "#bcbd22",
           "base_cot_ngram": "#006d6f", "base_cod_ngram": "#6b6b00"}  # fmt: skip
 PALETTE = plt.get_cmap("tab10").colors
+MARKERS = "osD^vP<>"  # one per sweep of a figure, in order
+LINES = ("-", ":", "-.")  # one per value of engine instances ("--" is the theory's)
 
 
 @dataclass(frozen=True)
@@ -144,10 +147,42 @@ def finish(fig: Figure, title: str, keys: Mapping[str, Artist] | None = None) ->
     return fig
 
 
-def marker(series: str) -> str:
-    """One marker per sweep when series carry a sweep prefix."""
+def marker(series: str, sweeps: Sequence[str]) -> str:
+    """The marker of a series' sweep: the i-th of :data:`MARKERS` for the i-th of a
+    figure's ``sweeps`` (a circle for a series without a sweep prefix)."""
     sweep = series.rsplit("/", 1)[0] if "/" in series else ""
-    return "osD^vP<>"[zlib.crc32(sweep.encode()) % 8] if sweep else "o"
+    return MARKERS[list(sweeps).index(sweep) % len(MARKERS)] if sweep in sweeps else "o"
+
+
+def sweeps(df: pd.DataFrame) -> list[str]:
+    """A figure's sweeps, in the order their markers follow."""
+    return sorted(df["sweep_id"].unique())
+
+
+def instances(df: pd.DataFrame) -> pd.Series:
+    """Each row's engine instances (pairs); 1 where not recorded."""
+    return df.get("instances", pd.Series(1, index=df.index)).fillna(1).astype(int)
+
+
+def traces(
+    rows: pd.DataFrame, figure: pd.DataFrame
+) -> Iterator[tuple[str, dict[str, Any], pd.DataFrame]]:
+    """``rows``' lines, each (label, style, its rows sorted by K), told apart within the
+    figure drawn from ``figure``: colour by variant (the speculator), marker by sweep, line
+    style by engine instances where those vary (then named in the label as N)."""
+    sweep_list, ns = sweeps(figure), sorted(instances(figure).unique())
+    grouped = rows.assign(_n=instances(rows)).groupby(["series", "_n"], sort=True)
+    for (series, n), g in grouped:
+        label = f"{series}, N={n}" if len(ns) > 1 else series
+        style = {"color": color(series), "marker": marker(series, sweep_list),
+                 "ls": LINES[ns.index(n) % len(LINES)]}  # fmt: skip
+        yield label, style, g.sort_values("k") if "k" in g else g
+
+
+def dodge(i: int, n: int, step: float = 0.08) -> float:
+    """The x offset of the ``i``-th of ``n`` series drawn at the same Ks, so none hides
+    another."""
+    return (i - (n - 1) / 2) * step
 
 
 def lowest_concurrency(df: pd.DataFrame) -> pd.DataFrame:
@@ -167,10 +202,11 @@ def theory_by_config(t: ReportTables) -> dict[tuple, pd.Series]:
     return {tuple(r[keys]): r for _, r in t.fits.iterrows()}
 
 
-def save(fig: Figure | None, out: Path, name: str, caption: str, note: str) -> Shown:
-    """Write ``fig`` to ``out/<name>.png``; None records the figure as skipped for ``note``."""
-    if fig is None:
-        return Shown(name, caption, None, note)
+def save(fig: Figure | str | None, out: Path, name: str, caption: str, note: str) -> Shown:
+    """Write ``fig`` to ``out/<name>.png``; None records the figure as skipped for
+    ``note``, a string as skipped for the reason it says."""
+    if fig is None or isinstance(fig, str):
+        return Shown(name, caption, None, fig or note)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
     fig.savefig(path, dpi=DPI, metadata={"Software": None})

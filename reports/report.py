@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from reports import bootstrap, figures, load, markdown, tables
 
@@ -26,6 +27,8 @@ def make_report(
     source: str | None = None,
     link_dir: Path | None = None,
     preface: Sequence[str] = (),
+    made: Sequence[str] = (),
+    reruns: Mapping[str, Any] | None = None,
 ) -> Path:
     """Load, aggregate, draw and write the report into ``out_dir``; return REPORT.md.
     Goodput counts each run against its config's SLO, with the bounds ``slo`` names in
@@ -33,8 +36,10 @@ def make_report(
 
     REPORT.md names ``results_dir`` as ``source`` when given (and skipped runs by their
     path under it), links relative to ``link_dir`` (default ``out_dir``: where it will be
-    read) and starts with the ``preface`` lines, so a report regenerated elsewhere from the
-    same runs reads the same.
+    read), starts with the ``preface`` lines and gives the ``made`` lines (how a study made
+    its runs) after the flagged runs, which name what ``reruns`` (a study's ``sentinel``
+    record) says of each; so a report regenerated elsewhere from the same runs reads the
+    same.
 
     Runs skipped as partial or corrupt are listed on stderr (and in REPORT.md); the cost
     model's check (:func:`reports.fit.model_check`) is printed.
@@ -68,8 +73,9 @@ def make_report(
             df.to_csv(out / name, index=False, float_format="%.6g")
     path = out / "REPORT.md"
     text = markdown.report(
-        computed, shown, source or str(results_dir), sweeps, n_boot, seed, link_dir or out, preface
-    )
+        computed, shown, source or str(results_dir), sweeps, n_boot, seed, link_dir or out,
+        preface, made, reruns,
+    )  # fmt: skip
     path.write_text(text)
     if computed.model_check:
         print(computed.model_check)

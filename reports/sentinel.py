@@ -1,19 +1,23 @@
-"""The drift sentinel's flag per run: a run whose reference (``harness.sweep.job.Reference``,
-the same fixed request timed at the job's start and end) moved more than
-:data:`reports.aggregate.DRIFT` within the run. ``python -m study`` re-runs flagged runs;
-the report lists the ones still flagged and widens their verdicts (docs/METRICS.md)."""
+"""The drift sentinel: its threshold, the drifts it reads and the flag.
+
+A run's reference (``harness.sweep.job.Reference``, the same fixed request timed at the
+job's start and end) that moved more than :data:`DRIFT` within the run flags the run.
+``python -m study`` re-runs flagged runs; the report lists every run flagged and what
+became of it (:func:`outcomes`) and widens their verdicts (docs/METRICS.md).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from reports.aggregate import DRIFT
-
+DRIFT = 0.05  # a reference that moved more than this within a run or across runs is flagged
 FLAGGED = ("sweep_id", "run_id", "reference_start_s", "reference_end_s", "drift")
+OUTCOMES = ("sweep_id", "run_id", "drifts", "reruns", "flagged")
 
 
 def drift(reference: Mapping[str, Any] | None) -> float | None:
@@ -24,8 +28,16 @@ def drift(reference: Mapping[str, Any] | None) -> float | None:
 
 
 def is_flagged(value: float | None) -> bool:
-    """True when a run's drift exceeds :data:`DRIFT` in size."""
+    """True when a drift (or a spread of references) exceeds :data:`DRIFT` in size."""
     return value is not None and bool(np.isfinite(value)) and abs(value) > DRIFT
+
+
+def _references(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Each loaded run's reference seconds per unit at its start and its end (NaN: none)."""
+    nan = pd.Series(np.nan, index=runs.index)
+    return runs.get("reference_start_s", nan).astype(float), runs.get(
+        "reference_end_s", nan
+    ).astype(float)
 
 
 def flagged(runs: pd.DataFrame) -> pd.DataFrame:
@@ -33,10 +45,51 @@ def flagged(runs: pd.DataFrame) -> pd.DataFrame:
     :data:`FLAGGED` columns."""
     if runs.empty or "reference_start_s" not in runs:
         return pd.DataFrame(columns=list(FLAGGED))
-    start = runs["reference_start_s"].astype(float)
-    end = runs.get("reference_end_s", pd.Series(np.nan, index=runs.index)).astype(float)
+    start, end = _references(runs)
     out = runs[["sweep_id", "run_id"]].assign(
         reference_start_s=start, reference_end_s=end, drift=end / start - 1
     )
     out = out[[is_flagged(d) for d in out["drift"]]]
     return out.sort_values(["sweep_id", "run_id"]).reset_index(drop=True)
+
+
+def by_group(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Per group of ``keys``, each the largest in size over the group's runs:
+    ``reference_drift``, the reference's move within a run (end / start - 1);
+    ``reference_shift``, a run's reference over the median of its sweep's references on the
+    same plain target (runs timed on a plain engine: K = 0 and interleaved ones) - 1, the
+    machine's speed then against the sweep's; and ``reference_spread``, max / min - 1 of
+    the group's runs' references (repeats)."""
+    keys = list(keys)
+    start, end = _references(runs)
+    plain = start.where(runs.get("reference_k", pd.Series(np.nan, index=runs.index)) == 0)
+    median = plain.groupby([runs["sweep_id"], runs["target"]]).transform("median")
+    frame = runs[keys].assign(
+        reference_drift=end / start - 1, reference_shift=plain / median - 1, _start=start
+    )
+    grouped = frame.groupby(keys, sort=True, dropna=False)
+    out = grouped["_start"].agg(lambda x: x.max() / x.min() - 1).rename("reference_spread")
+    parts = [out.reset_index()]
+    for col in ("reference_drift", "reference_shift"):
+        largest = frame.assign(_abs=frame[col].abs()).sort_values(
+            "_abs", ascending=False, na_position="last", kind="stable"
+        )
+        parts.append(largest.drop_duplicates(keys)[[*keys, col]])
+    return functools.reduce(lambda a, b: a.merge(b, on=keys), parts)
+
+
+def outcomes(runs: pd.DataFrame, record: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Every run flagged at any point and what became of it: :data:`OUTCOMES` columns,
+    ``drifts`` the drift of each attempt (the kept run's last), ``reruns`` how many times
+    it was run again, ``flagged`` whether the kept run still is. ``record`` is a study's
+    ``sentinel`` record (``study.json``: its re-runs); without one, runs flagged now were
+    not re-run."""
+    rows = {
+        (r["sweep"], r["job"]): (list(r["drifts"]), len(r["drifts"]) - 1, bool(r["flagged"]))
+        for r in (record or {}).get("reruns", ())
+    }
+    for _, r in flagged(runs).iterrows():
+        rows.setdefault((r["sweep_id"], r["run_id"]), ([r["drift"]], 0, True))
+    return pd.DataFrame(
+        [(*key, *value) for key, value in sorted(rows.items())], columns=list(OUTCOMES)
+    )

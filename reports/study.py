@@ -3,7 +3,8 @@
 ``raw/<sweep>/<job>/`` holds its runs (the harness's layout, compacted by ``python -m
 study``), ``study.json`` what made them (the study's config, commit and tree, versions,
 hardware, each step's command and wall time, the drift sentinel's re-runs, the raw data's
-size); ``REPORT.md``, ``aggregates.csv``, ``fits.csv``, ``whatif.csv`` and ``figures/`` are
+size); ``REPORT.md`` (opening with the study's description, then how it was made after the
+flagged runs), ``aggregates.csv``, ``fits.csv``, ``whatif.csv`` and ``figures/`` are
 generated from both (:func:`write`). :func:`check` regenerates them elsewhere and lists every difference,
 and every number the hand-written ``README.md`` quotes that no table holds (:func:`unquoted`).
 """
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports import markdown, sentinel
+from reports import markdown
 from reports.report import make_report
 
 STUDY_JSON = "study.json"
@@ -60,44 +61,38 @@ def _size(n_bytes: float) -> str:
 
 
 def preface(study: dict[str, Any]) -> list[str]:
-    """REPORT.md's first section, from ``study.json``: how the study was made, from which
-    tree, each step's wall time, the raw data's size and the sentinel's re-runs."""
-    git, hw, ver = study["git"], study["hardware"], study["versions"]
-    commit = f"`{(git.get('commit') or 'no commit')[:12]}`"
+    """REPORT.md's opening, from ``study.json``: the study's name, a dirty tree's warning
+    and its description."""
+    git = study["git"]
     out = [f"## Study `{study['name']}`", ""]
     if git.get("dirty"):
+        commit = f"`{(git.get('commit') or 'no commit')[:12]}`"
         out += [f"**Made from a dirty tree** (`allow_dirty=true`): commit {commit} plus "
                 "uncommitted changes to tracked files, which nothing here records.", ""]  # fmt: skip
-    out += [study.get("description", "").strip(), ""]
+    return [*out, study.get("description", "").strip(), ""]
+
+
+def made(study: dict[str, Any]) -> list[str]:
+    """How the study was made, from ``study.json``: its command, tree, machine, each
+    step's wall time and the raw data's size."""
+    git, hw, ver = study["git"], study["hardware"], study["versions"]
+    commit = f"`{(git.get('commit') or 'no commit')[:12]}`"
     tree = "a dirty tree" if git.get("dirty") else "a clean tree"
     # the ISA and memory where recorded (studies made before they were say nothing of them)
     machine = [hw.get("cpu_isa"), f"{hw.get('cpu_count')} cores",
                hw.get("memory_gib") and f"{hw['memory_gib']} GiB memory", hw.get("gpu") or "no GPU"]  # fmt: skip
-    out += [f"Made by `{study['command']}` at commit {commit} from {tree}, started "
+    raw = study["raw"]
+    return ["## How the study was made", "",
+            f"Made by `{study['command']}` at commit {commit} from {tree}, started "
             f"{study['started']}, on {hw.get('cpu')} ({', '.join(filter(None, machine))}) "
             f"with vLLM {ver.get('vllm')}, torch {ver.get('torch')}.", "",
             markdown.table(pd.DataFrame(study["steps"]),
                            [("step", lambda r: r["step"]),
                             ("wall time", lambda r: f"{r['wall_s']:.1f} s"),
-                            ("command", lambda r: f"`{r['command']}`")]), ""]  # fmt: skip
-    raw = study["raw"]
-    out += [f"Raw data: `{RAW}/`, {raw['runs']} runs, {_size(raw['bytes'])} "
+                            ("command", lambda r: f"`{r['command']}`")]), "",
+            f"Raw data: `{RAW}/`, {raw['runs']} runs, {_size(raw['bytes'])} "
             f"({_size(raw['bytes'] / max(raw['runs'], 1))} per run on average, the largest "
             f"{_size(raw['largest_bytes'])}); {raw['compaction']}.", ""]  # fmt: skip
-    reruns = study["sentinel"]["reruns"]
-    limit = study["sentinel"]["rerun_flagged"]
-    if reruns:
-        out += [f"Runs the drift sentinel flagged, each re-run at most {limit} time(s) (drift of "
-                "each attempt, the kept run's last):", "",
-                markdown.table(pd.DataFrame(reruns),
-                               [("sweep", lambda r: r["sweep"]), ("run", lambda r: f"`{r['job']}`"),
-                                ("drifts", lambda r: ", ".join(f"{d:+.1%}" for d in r["drifts"])),
-                                ("kept flagged", lambda r: "yes" if r["flagged"] else "no")]),
-                ""]  # fmt: skip
-    else:
-        out += [f"No run's drift sentinel moved more than {sentinel.DRIFT:.0%} (re-runs "
-                f"allowed: {limit}).", ""]  # fmt: skip
-    return out
 
 
 def write(study_dir: Path, out_dir: Path | None = None) -> Path:
@@ -109,7 +104,7 @@ def write(study_dir: Path, out_dir: Path | None = None) -> Path:
     return make_report(
         study_dir / RAW, out_dir or study_dir, options["sweeps"], options["bootstrap"],
         options["seed"], slo=options["slo"] or None, source=RAW, link_dir=study_dir,
-        preface=preface(study),
+        preface=preface(study), made=made(study), reruns=study["sentinel"],
     )  # fmt: skip
 
 

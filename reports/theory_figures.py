@@ -114,10 +114,10 @@ def fig_theory_cost(t: ReportTables) -> Figure | None:
     names: list[str] = []
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
         sub = rows[rows["dataset"] == dataset]
-        for series, g in sub.groupby("series", sort=True):
-            g, color = g.sort_values("k"), plotting.color(series)
+        for series, mine, g in plotting.traces(sub, rows):
+            color = mine["color"]
             ax.errorbar(g["k"], g["speedup_tpot"], yerr=plotting.yerr(g, "speedup_tpot"),
-                        fmt=plotting.marker(series), ms=7, color=color, capsize=3,
+                        fmt=mine["marker"], ms=7, color=color, capsize=3,
                         label=f"{series} measured (95% CI)")  # fmt: skip
             for column, style, label, name in COST_MODELS:
                 if g[column].notna().any():

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 
 from reports import figures, load, plotting, tables
@@ -26,23 +28,25 @@ def _sweep(root, pairing: str) -> tables.ReportTables:
 
 def test_forest_has_a_row_per_comparison_over_the_aa_band_and_leads_the_report(tmp_path):
     t = _sweep(tmp_path / "res", "interleaved")
-    comparisons = t.table[t.table["k"] > 0].sort_values("k")
     (aa,) = t.table[t.table["k"] == 0].itertuples()  # the A/A check: K = 0, interleaved
     ax = figures.fig_forest(t).axes[0]
     points = [x for c in ax.containers for x in c.lines[0].get_xdata()]
-    assert sorted(points) == sorted(comparisons["speedup_tpot"])
+    assert sorted(points) == sorted(t.table["speedup_tpot"])  # the A/A check is a row too
     assert [label.get_text() for label in ax.get_yticklabels()] == [
+        "A/A: cot, synth_easy",
         "cot_sd, synth_easy, K=1",
         "cot_sd, synth_easy, K=3",
     ]
     (band,) = ax.patches
     assert band.get_x() == pytest.approx(aa.speedup_tpot_lo)
     assert band.get_x() + band.get_width() == pytest.approx(aa.speedup_tpot_hi)
-    assert (band.get_y(), band.get_height()) == (-0.5, 2.0)  # behind both rows
+    assert (band.get_y(), band.get_height()) == (-0.5, 3.0)  # behind every row
     plt.close("all")
     text = make_report(tmp_path / "res", tmp_path / "out", n_boot=50).read_text()
-    first = text.split("## Figures\n\n", 1)[1].splitlines()[0:3]
+    opening = text.split("## Flagged runs", 1)[0]  # the summary line, then the forest plot
+    first = opening.split("configurations; 0 run directories skipped.\n\n", 1)[1].splitlines()
     assert first[0] == "**1. speedup forest**" and "](figures/speedup_forest.png)" in first[2]
+    assert text.split("## Figures\n\n", 1)[1].startswith("**2. ")
 
 
 def test_without_a_model_or_an_aa_check_titles_say_nothing_of_them(tmp_path):
@@ -86,3 +90,40 @@ def test_every_shipped_variant_has_a_colour_of_its_own():
     colours = [plotting.color(v) for v in variants]
     assert len(variants) >= 15 and len(set(colours)) == len(variants)
     assert plotting.color("sweep/cot_suffix") == plotting.color("cot_suffix")
+
+
+def test_speedup_vs_k_panels_share_the_k_range_the_prediction_reaches(tmp_path):
+    t = _sweep(tmp_path, "interleaved")  # measured at K = 0, 1, 3
+    fit = t.table[t.table["k"] > 0].iloc[:1][["sweep_id", "variant", "dataset", "concurrency"]]
+    t = dataclasses.replace(t, fits=fit.assign(alpha=0.8, c=0.1))  # predicted to K = 5
+    fig = figures.fig_speedup_vs_k(t)
+    tpot, e2e = fig.axes[:2]
+    assert "dashed" in fig.get_suptitle() and tpot.get_xlim() == e2e.get_xlim() == (-0.5, 5.5)
+    plt.close("all")
+
+
+def test_series_of_one_colour_differ_in_marker_by_sweep_and_line_by_instances():
+    # a200 and a1000 drew the same marker when it came from a hash of the sweep's name
+    rows = pd.DataFrame({"sweep_id": ["a200", "a1000", "a500", "a500"],
+                         "series": ["a200/cod_eagle3", "a1000/cod_eagle3", "a500/cod_eagle3",
+                                    "a500/cod_eagle3"],
+                         "instances": [1, 1, 1, 4], "k": 3})  # fmt: skip
+    lines = {label: (style["color"], style["marker"], style["ls"])
+             for label, style, _ in plotting.traces(rows, rows)}  # fmt: skip
+    purple = plotting.color("cod_eagle3")
+    assert lines == {"a1000/cod_eagle3, N=1": (purple, "o", "-"),
+                     "a200/cod_eagle3, N=1": (purple, "s", "-"),
+                     "a500/cod_eagle3, N=1": (purple, "D", "-"),
+                     "a500/cod_eagle3, N=4": (purple, "D", ":")}  # fmt: skip
+
+
+def test_accuracy_zero_everywhere_is_not_drawn_and_the_report_says_why(tmp_path):
+    t = _sweep(tmp_path / "res", "interleaved")
+    wrong = t.headline.assign(accuracy=0.0, accuracy_lo=0.0, accuracy_hi=0.0)
+    t = dataclasses.replace(t, headline=wrong)
+    assert figures.fig_accuracy(t) == figures.fig_accuracy_vs_tokens(t) == figures.NOTHING_RIGHT
+    shown = {s.name: s for s in figures.render_report(t, tmp_path / "figs")}
+    assert shown["accuracy_by_variant"].path is None
+    assert shown["accuracy_by_variant"].note == figures.NOTHING_RIGHT
+    assert not (tmp_path / "figs" / "accuracy_by_variant.png").exists()
+    plt.close("all")

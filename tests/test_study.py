@@ -152,7 +152,8 @@ def test_a_flagged_run_is_rerun_until_it_passes(tmp_path):
         f"{SD}.1", f"{SD}.2"]  # fmt: skip
     assert [s["step"] for s in record["steps"]] == ["sweep smoke", *["re-run flagged smoke"] * 2]
     text = (out / folder.REPORT).read_text()
-    assert "Runs the drift sentinel flags" not in text and "+30.0%, +20.0%, +1.0%" in text
+    flagged = text.split("## Flagged runs")[1].split("## Seed hypotheses")[0]
+    assert f"| `{SD}` | +30.0%, +20.0%, +1.0% | re-run 2x, replaced |" in flagged
 
 
 def test_a_run_still_flagged_is_kept_listed_and_its_verdict_widened(tmp_path):
@@ -162,7 +163,9 @@ def test_a_run_still_flagged_is_kept_listed_and_its_verdict_widened(tmp_path):
     assert rerun["flagged"] and rerun["drifts"] == pytest.approx([0.3, 0.3])
     text = (out / folder.REPORT).read_text()
     top = text.split("## Seed hypotheses")[0]
-    assert "## Runs the drift sentinel flags" in top and f"`{SD}`" in top and "+30.0%" in top
+    assert (
+        f"| `{SD}` | +30.0%, +30.0% | re-run 1x, kept flagged |" in top.split("## Flagged runs")[1]
+    )
     assert "sentinel drift 30.0%" in text  # H2's interval widened by the move
     flagged = sentinel.flagged(load.load(out / folder.RAW).runs)
     assert list(flagged["run_id"]) == [SD]
