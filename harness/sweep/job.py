@@ -15,12 +15,13 @@ from typing import Any
 from harness import metrics, provenance, results, tracking
 from harness.backends import live, server
 from harness.backends.engine import OFFLINE
+from harness.backends.offline import Offline
 from harness.config import ConfigError
 from harness.data.datasets import DatasetError
 from harness.files import key_digest
 from harness.records import RequestRecord, RunSummary
 from harness.sweep import calibrate
-from harness.sweep.runner import Offline, PreparedJob, prepare, run, warm_up
+from harness.sweep.runner import PreparedJob, prepare, run, warm_up
 
 # What happened to a job (the Hydra task function's return value).
 RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
@@ -178,30 +179,12 @@ def combine(job: PreparedJob, parts: list[Outcome]) -> Outcome:
     )
 
 
-def instance(
-    kind: live.Kind,
-    specs: tuple,
-    index: int,
-    fresh: bool,
-    cache: live.Live = live.CACHE,
-    **options: Any,
-) -> list[tuple[Any, bool]]:
-    """The live backends of a job's instance ``index`` (its own first) in ``cache`` and
-    whether each was reused; ``fresh``: none kept from before, started in alternating order
-    (the job's own last at even instances, first at odd ones)."""
-    if fresh:
-        cache.clear()
-    flip = index % 2 == 1
-    got = cache.get_all(kind, specs[::-1] if flip else specs, **options)
-    return got[::-1] if flip else got
-
-
 def _offline(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome:
     """Instance ``index`` of the job (``job`` is its part) on live ``vllm.LLM`` engines (its
     own, and its baseline when interleaved), calibrated at the first instance and watched by
     the drift sentinel; on any error every engine shuts down. Asking the live cache for
     them stops any other backend, a server too."""
-    got = instance(OFFLINE, job.specs, index, cfg.instances > 1)
+    got = live.instance(OFFLINE, job.specs, index, cfg.instances > 1)
     (engine, reused), baseline = got[0], (got[1][0].llm if len(got) > 1 else None)
     try:
         for llm in (engine.llm, baseline)[: len(got)]:
@@ -234,7 +217,7 @@ def _on_server(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcom
     else:
         logs = results.sweep_dir(cfg) / results.SERVER_LOGS
         timeout_s = cfg.server.start_timeout_s
-        got = instance(
+        got = live.instance(
             server.SERVER, job.specs, index, cfg.instances > 1, log_dir=logs, timeout_s=timeout_s
         )
     (own, reused), baseline = got[0], (got[1][0] if len(got) > 1 else None)

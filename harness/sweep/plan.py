@@ -24,7 +24,6 @@ from harness.backends.server import HOST, server_args
 from harness.checks import looks_local, model_config
 from harness.data.datasets import load_problems
 from harness.results import job_name
-from harness.sweep.job import instance
 from harness.sweep.runner import Engines, choose_engines
 from harness.sweep.sweeper import Plan
 
@@ -117,13 +116,13 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
 
 def launches(cfgs: list[Any], engines: list[Engines]) -> int:
     """Engine starts of the jobs in order: each job's instances asked of a cache of its own
-    (:func:`harness.sweep.job.instance`, the live cache's rule) whose backends are specs."""
+    (:meth:`harness.backends.live.Live.instance`, the live cache's rule) whose backends are specs."""
     cache = live.Live()
     planned = live.Kind("planned", start=lambda spec, same: spec, stop=lambda backend: None)
     for cfg, chosen in zip(cfgs, engines, strict=True):
         specs = (chosen.spec,) + ((chosen.baseline,) if chosen.baseline else ())
         for index in range(cfg.instances):
-            instance(planned, specs, index, cfg.instances > 1, cache)
+            cache.instance(planned, specs, index, cfg.instances > 1)
     return cache.launches(planned)
 
 
