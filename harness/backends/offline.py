@@ -3,7 +3,7 @@
 :func:`generate` keeps ``concurrency`` requests in flight on one engine; :class:`Offline`
 is a live engine as a :class:`harness.backends.base.Generator`, each finished
 ``vllm.RequestOutput`` turned into a :class:`harness.records.Completion`
-(:func:`completion_of`).
+(:func:`completion_of`); :data:`ENGINES` is ``backend=offline``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness import metrics
+from harness.backends import live
 from harness.backends.arrivals import Load
+from harness.backends.base import Backend, Generator
+from harness.backends.engine import OFFLINE
+from harness.errors import ConfigError
 from harness.records import Completion
 
 
@@ -119,3 +124,40 @@ class Offline:
     def spec_counts(self) -> metrics.SpecCounts | None:
         """vLLM's counters from ``LLM.get_metrics()``."""
         return metrics.counts_from_snapshot(self.llm.get_metrics())
+
+
+class Engines(Backend):
+    """``backend=offline``: ``vllm.LLM`` engines started here, kept in the live cache."""
+
+    name = "offline"
+    shares_counters = True  # vLLM keeps one set of counters per process
+
+    def validate(self, cfg: Any) -> None:
+        """Open-loop arrivals are refused: the engine runs closed-loop concurrency."""
+        if cfg.request_rate is not None:
+            raise ConfigError(
+                f"request_rate={cfg.request_rate}: open-loop arrivals need backend=server "
+                "(the offline engine runs closed-loop concurrency)"
+            )
+
+    def launch_lines(self, spec: Any, cfg: Any) -> list[str]:
+        """The engine's ``vllm.LLM`` keyword arguments."""
+        lines = ["  vllm.LLM("]
+        lines += [f"      {key}={value!r}," for key, value in spec.llm_kwargs().items()]
+        return [*lines, "  )"]
+
+    def instance(
+        self, cfg: Any, specs: tuple[Any, ...], index: int, logs: Path
+    ) -> list[tuple[Generator, bool]]:
+        """Live engines of ``specs`` (:data:`harness.backends.engine.OFFLINE`)."""
+        got = live.instance(OFFLINE, specs, index, cfg.instances > 1)
+        return [(Offline(engine.llm, engine.start_s), reused) for engine, reused in got]
+
+    def launches(self) -> int:
+        return live.launches(OFFLINE)
+
+    def in_process(self, generator: Generator) -> Any | None:
+        return generator.llm
+
+
+ENGINES = Engines()
