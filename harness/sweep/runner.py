@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness import console, metrics, schedule, speculators
+from harness import backends, console, metrics, schedule, speculators
 from harness.backends import memory
 from harness.backends.arrivals import Load
 from harness.backends.base import Generator
@@ -125,9 +125,7 @@ def runs_alone(cfg: Any) -> str | None:
     """Why an interleaved job cannot have a baseline beside it, or None."""
     if cfg.request_rate is not None:
         return "open-loop arrivals keep their own pace"
-    if cfg.backend == "server" and cfg.server.url:
-        return "a server reached at server.url has no baseline beside it"
-    return None
+    return backends.of(cfg).alone(cfg)
 
 
 @dataclass(frozen=True)
