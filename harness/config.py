@@ -30,7 +30,6 @@ DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")  # vLLM's SpeculativeConfig.d
 # interleaved: a plain engine of the job's target runs the same problems alongside
 # (``harness.measure.pairing``); sequential: the job's engine alone
 PAIRINGS = ("interleaved", "sequential")
-# offline: ``vllm.LLM`` in this process; server: vLLM's OpenAI-compatible server over HTTP
 # arrival gaps ~ Gamma(burstiness): beyond this the gaps are constant to float precision and
 # numpy's gamma draws overflow to NaN
 MAX_BURSTINESS = 1e6
@@ -438,7 +437,7 @@ def validate(cfg: Any) -> None:
         cfg.instances,
         f"must be at most limit={cfg.limit}: each instance answers its share of the problems",
     )
-    check_choice("backend", cfg.backend, backends.NAMES)
+    backend = backends.of(cfg)  # an unknown one is named with the known ones
     rate = cfg.request_rate
     check(
         rate is None or (rate > 0 and not math.isnan(rate)),
@@ -446,7 +445,7 @@ def validate(cfg: Any) -> None:
         rate,
         "must be > 0 (requests/s), inf or null",
     )
-    backends.of(cfg).validate(cfg)
+    backend.validate(cfg)
     check(
         math.isfinite(cfg.burstiness) and 0 < cfg.burstiness <= MAX_BURSTINESS,
         "burstiness",
