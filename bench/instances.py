@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from harness.backends.offline import Offline
     from harness.records import Completion
-    from harness.sweep.runner import Offline, PreparedJob
+    from harness.sweep.runner import PreparedJob
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -139,7 +140,8 @@ def _show(i: int, tpot_ms: list[float]) -> None:
 def timed_alone(job: PreparedJob, instances: int, passes: int) -> list[list[float]]:
     """Each instance's passes in ms, the instances fresh and one alive at a time."""
     from harness.backends import engine as engines
-    from harness.sweep.runner import Offline, warm_up
+    from harness.backends.offline import Offline
+    from harness.sweep.runner import warm_up
 
     groups = []
     for i in range(instances):
@@ -155,7 +157,8 @@ def timed_pairs(job: PreparedJob, instances: int, passes: int) -> list[list[floa
     """Each instance's passes in ms, in fresh live pairs (instance 2p started before 2p + 1)
     whose passes alternate first/second, then second/first, and so on."""
     from harness.backends import engine as engines
-    from harness.sweep.runner import Offline, warm_up
+    from harness.backends.offline import Offline
+    from harness.sweep.runner import warm_up
 
     groups = []
     for p in range(instances // 2):

@@ -53,8 +53,9 @@ def child(overrides: list[str]) -> None:
     from harness import console
     from harness.backends import engine as engines
     from harness.backends.arrivals import Load
+    from harness.backends.offline import Offline
     from harness.config import compose_config
-    from harness.sweep.runner import Offline, prepare
+    from harness.sweep.runner import prepare
 
     console.quiet_libraries()
     job = prepare(compose_config([*overrides, "spec.k=0", "pairing=sequential", "limit=1"]))

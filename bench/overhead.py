@@ -58,9 +58,10 @@ def bare_tokens_per_s(llm, prompts: list[list[int]], params) -> float:
 def measure_overhead(args: argparse.Namespace, results_dir: Path) -> list[float]:
     """Harness/bare tokens-per-second ratios, one per round."""
     from harness.backends import engine as engines
+    from harness.backends.offline import Offline
     from harness.config import compose_config
     from harness.metrics import tokens_per_s
-    from harness.sweep.runner import Offline, prepare, run
+    from harness.sweep.runner import prepare, run
 
     cfg = compose_config([*overrides(args, results_dir), "variant=cot_sd", f"spec.k={args.k}"])
     job = prepare(cfg)

@@ -78,8 +78,9 @@ def main(argv: list[str]) -> int:
     args = make_parser().parse_args(argv)
     from harness import console
     from harness.backends import engine as engines
+    from harness.backends.offline import Offline
     from harness.config import compose_config
-    from harness.sweep.runner import Offline, prepare, warm_up
+    from harness.sweep.runner import prepare, warm_up
 
     console.quiet_libraries()
     overrides = list(args.overrides)

@@ -140,8 +140,9 @@ def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) ->
     """Part 1 on one pair; returns draftbench tokens/s / HF tokens/s."""
     from harness import metrics
     from harness.backends import engine as engines
+    from harness.backends.offline import Offline
     from harness.config import compose_config
-    from harness.sweep.runner import Offline, prepare, run, warm_up
+    from harness.sweep.runner import prepare, run, warm_up
 
     cfg = compose_config(
         [
@@ -273,7 +274,7 @@ def draftbench_latency(args: argparse.Namespace, spec: Any) -> tuple[float, floa
 
     from harness import metrics
     from harness.backends import engine as engines
-    from harness.sweep.runner import generate, latencies
+    from harness.backends.offline import generate, latencies
 
     engine, _ = engines.get(spec)
     params = SamplingParams(temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=args.output_len)

@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, AnyNode, DictConfig, ListConfig, OmegaConf
 
-from harness import schedule, speculators
+from harness import backends, schedule, speculators
 from harness.errors import ConfigError, DatasetError  # noqa: F401 (the schemas' errors)
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -30,8 +30,6 @@ DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")  # vLLM's SpeculativeConfig.d
 # interleaved: a plain engine of the job's target runs the same problems alongside
 # (``harness.measure.pairing``); sequential: the job's engine alone
 PAIRINGS = ("interleaved", "sequential")
-# offline: ``vllm.LLM`` in this process; server: vLLM's OpenAI-compatible server over HTTP
-BACKENDS = ("offline", "server")
 # arrival gaps ~ Gamma(burstiness): beyond this the gaps are constant to float precision and
 # numpy's gamma draws overflow to NaN
 MAX_BURSTINESS = 1e6
@@ -455,13 +453,7 @@ def validate(cfg: Any) -> None:
         cfg.instances,
         f"must be at most limit={cfg.limit}: each instance answers its share of the problems",
     )
-    check(
-        cfg.instances == 1 or not (cfg.backend == "server" and cfg.server.url),
-        "instances",
-        cfg.instances,
-        "needs engines the harness starts; a server at server.url is one instance",
-    )
-    check_choice("backend", cfg.backend, BACKENDS)
+    backend = backends.of(cfg)  # an unknown one is named with the known ones
     rate = cfg.request_rate
     check(
         rate is None or (rate > 0 and not math.isnan(rate)),
@@ -469,12 +461,7 @@ def validate(cfg: Any) -> None:
         rate,
         "must be > 0 (requests/s), inf or null",
     )
-    check(
-        rate is None or cfg.backend == "server",
-        "request_rate",
-        rate,
-        "open-loop arrivals need backend=server (the offline engine runs closed-loop concurrency)",
-    )
+    backend.validate(cfg)
     check(
         math.isfinite(cfg.burstiness) and 0 < cfg.burstiness <= MAX_BURSTINESS,
         "burstiness",

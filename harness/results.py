@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import schedule
+from harness import backends, schedule
 from harness.files import atomic_dir, file_digest, json_digest
 from harness.records import RequestRecord, RunSummary, request_columns
 
@@ -62,12 +62,12 @@ def request_schema() -> Any:
 
 def job_name(cfg: Any) -> str:
     """Readable, unique-per-sweep name: ``<variant>-<dataset>-k<K>-c<conc>-s<seed>-t<temp>-n<limit>``,
-    plus ``-server`` on the server backend, ``-rps<rate>`` for open-loop arrivals,
+    plus the backend's part (``-server`` on a server), ``-rps<rate>`` for open-loop arrivals,
     ``-ks<schedule>`` for a K schedule, ``-a<length>`` for a synthetic acceptance length,
     ``-i<N>`` for N engine instances and ``-r<repeat>`` for repeats after the first."""
     limit = "all" if cfg.limit is None else cfg.limit
     ranges = cfg.spec.k_schedule if cfg.spec.k > 0 else None
-    load = "-server" if cfg.backend == "server" else ""
+    load = backends.of(cfg).run_name
     load += "" if cfg.request_rate is None else f"-rps{cfg.request_rate:g}"
     load += "" if ranges is None else f"-ks{schedule.label(ranges)}"
     synthetic = cfg.spec.synthetic_acceptance_length if cfg.spec.k > 0 else None

@@ -161,14 +161,14 @@ def test_the_study_runner_sits_above_the_harness_and_the_reports():
 
 
 # harness/ in the order data flows: a module imports only modules of its own layer or below
+# (the backends sit below the config, which asks a job's backend for its rules)
 LAYERS = (
     ("harness.errors", "harness.files", "harness.console", "harness.checks", "harness.schedule",
-     "harness.metrics", "harness.manifest"),
+     "harness.metrics", "harness.manifest", "harness.records"),
     ("harness.speculators",),
-    ("harness.config", "harness.records", "harness.results", "harness.provenance",
-     "harness.tracking"),
-    ("harness.data",),
     ("harness.backends",),
+    ("harness.config", "harness.results", "harness.provenance", "harness.tracking"),
+    ("harness.data",),
     ("harness.measure",),
     ("harness.sweep",),
     ("harness.__main__",),
@@ -201,6 +201,37 @@ def test_harness_imports_point_down_its_layers():
     assert not upward, upward
     assert (
         layer("harness.sweep.job")
-        > layer("harness.backends.engine")
         > layer("harness.data.datasets")
+        > layer("harness.config")
+        > layer("harness.backends.engine")
     )
+
+
+def _backend_branches(path: Path) -> list[int]:
+    """Lines of ``path`` that compare a config's ``backend`` or a backend's name."""
+
+    def names_a_backend(side: ast.expr) -> bool:
+        if isinstance(side, ast.Tuple | ast.List | ast.Set):  # ``in ("server", ...)``
+            return any(names_a_backend(element) for element in side.elts)
+        if isinstance(side, ast.Constant):
+            return side.value in ("offline", "server")
+        return isinstance(side, ast.Attribute) and side.attr == "backend"
+
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Compare)
+        and any(names_a_backend(side) for side in (node.left, *node.comparators))
+    ]
+
+
+def test_only_the_backends_branch_on_the_backend():
+    """A job's backend is asked (``harness.backends.of``), never compared with a name."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in _modules().items()
+        if name.startswith(("harness", "hydra_plugins")) and not name.startswith("harness.backends")
+        for line in _backend_branches(path)
+    ]
+    assert not found, found
+    assert _backend_branches(ROOT / "harness" / "backends" / "__init__.py")  # it sees them

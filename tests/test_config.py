@@ -68,6 +68,10 @@ def test_default_variants_validate_at_k0(variant):
         (["pairing=abba"], "pairing=abba: must be one of interleaved, sequential"),
         (["backend=grpc"], "backend=grpc: must be one of offline, server"),
         (["request_rate=4"], "request_rate=4.0: open-loop arrivals need backend=server"),
+        (
+            ["backend=server", "server.url=http://127.0.0.1:8000", "instances=2"],
+            "instances=2: needs engines the harness starts; a server at server.url is one instance",
+        ),
         (["backend=server", "request_rate=0"], r"request_rate=0.0: must be > 0"),
         *[
             ([f"burstiness={b}"], rf"burstiness={re.escape(b)}: must be a finite number in \(0, ")

@@ -16,11 +16,12 @@ from harness import metrics, results
 from harness.backends import engine as engines
 from harness.backends import live
 from harness.backends.engine import EngineSpec
+from harness.backends.offline import Offline, generate
 from harness.checks import load_tokenizer
 from harness.config import compose_config
 from harness.sweep import calibrate
 from harness.sweep.job import run_job
-from harness.sweep.runner import Offline, generate, prepare
+from harness.sweep.runner import prepare
 
 pytestmark = pytest.mark.slow
 

@@ -120,14 +120,14 @@ def test_several_instances_start_fresh_in_alternating_order_and_one_reuses():
 
     kind = live.Kind("fake", start, stopped.append)
     try:
-        first = jobs.instance(kind, ("job", "base"), 0, fresh=False)
+        first = live.instance(kind, ("job", "base"), 0, fresh=False)
         assert started == ["base", "job"] and [b for b, _ in first] == ["job#2", "base#1"]
-        again = jobs.instance(kind, ("job", "base"), 0, fresh=False)  # one instance: reused
+        again = live.instance(kind, ("job", "base"), 0, fresh=False)  # one instance: reused
         assert [r for _, r in again] == [True, True] and len(started) == 2
-        fresh = jobs.instance(kind, ("job", "base"), 0, fresh=True)
+        fresh = live.instance(kind, ("job", "base"), 0, fresh=True)
         assert sorted(stopped) == ["base#1", "job#2"]
         assert started[2:] == ["base", "job"] and [r for _, r in fresh] == [False, False]
-        second = jobs.instance(kind, ("job", "base"), 1, fresh=True)
+        second = live.instance(kind, ("job", "base"), 1, fresh=True)
         assert started[4:] == ["job", "base"] and [b for b, _ in second] == ["job#5", "base#6"]
         assert len(stopped) == 4
     finally:

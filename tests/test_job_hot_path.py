@@ -10,10 +10,11 @@ import pytest
 
 from harness import results
 from harness.backends import engine as engines
+from harness.backends.offline import Offline
 from harness.config import compose_config
 from harness.sweep import runner
 from harness.sweep.job import repeat_configs, run_or_record_failure
-from harness.sweep.runner import Offline, prepare, run, warm_up
+from harness.sweep.runner import prepare, run, warm_up
 
 pytestmark = pytest.mark.slow
 SLOW_GRADE_S = 1.0

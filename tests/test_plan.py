@@ -15,6 +15,7 @@ from test_memory import DRAFT, QWEN_05B, QWEN_14B, TARGET, cache_config
 
 from harness.backends.engine import EngineSpec
 from harness.config import compose_config
+from harness.sweep.plan import spec_lines
 from tests import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,6 +171,18 @@ def test_plan_of_an_eagle3_head_shows_its_arguments_memory_and_check_before_any_
     assert run.returncode == 2 and run.stdout == ""
     (line,) = run.stderr.strip().splitlines()
     assert "reads hidden states of size 4096" in line and "hidden_size 5120" in line
+
+
+def test_plan_of_a_job_on_a_running_server_names_it_and_pairs_nothing():
+    cfg = compose_config(
+        ["backend=server", "server.url=http://127.0.0.1:8000", "pairing=interleaved"]
+    )
+    lines = spec_lines(EngineSpec.from_config(cfg), [cfg])
+    assert lines[0] == "  the running server at http://127.0.0.1:8000 (its own engine arguments)"
+    assert not any("vllm.LLM(" in ln or "api_server" in ln for ln in lines)
+    assert "  pairing: sequential (a server reached at server.url has no baseline beside it;" in (
+        "\n".join(lines)
+    )
 
 
 def test_plan_of_a_serving_sweep_shows_each_servers_command_and_its_rates(tmp_path):

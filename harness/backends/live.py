@@ -3,7 +3,8 @@
 (kind, spec), so the jobs of a multirun that share a spec reuse them. :func:`get_all`
 keeps the backends a job asks for (a spec listed twice gets two), stops every other one
 first (any kind's, and any that died) so its memory returns, then starts the missing ones,
-the first spec last; :func:`clear` stops them all. A kind says only how to start and stop
+the first spec last; :func:`instance` asks for those of one of a job's engine instances;
+:func:`clear` stops them all. A kind says only how to start and stop
 one of its backends; this module imports nothing of the project.
 """
 
@@ -82,6 +83,18 @@ class Live:
                 out[i] = (backend, False)
         return [item for item in out if item is not None]
 
+    def instance(
+        self, kind: Kind, specs: Sequence[Any], index: int, fresh: bool, **options: Any
+    ) -> list[tuple[Any, bool]]:
+        """The live backends of a job's engine instance ``index`` (its own spec first) and
+        whether each was reused; ``fresh``: none kept from before, started in alternating
+        order (the job's own last at even instances, first at odd ones)."""
+        if fresh:
+            self.clear()
+        flip = index % 2 == 1
+        got = self.get_all(kind, specs[::-1] if flip else specs, **options)
+        return got[::-1] if flip else got
+
     def clear(self, kind: Kind | None = None) -> None:
         """Stop every live backend (of ``kind`` only, when given)."""
         stopping = [e for e in self._entries if kind is None or e.kind.name == kind.name]
@@ -91,4 +104,5 @@ class Live:
 
 
 CACHE = Live()  # this process's one cache
-get, get_all, clear, launches = CACHE.get, CACHE.get_all, CACHE.clear, CACHE.launches
+get, get_all, instance = CACHE.get, CACHE.get_all, CACHE.instance
+clear, launches = CACHE.clear, CACHE.launches

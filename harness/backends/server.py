@@ -6,7 +6,8 @@ arguments on a free loopback port, in its own session (Ctrl-C reaches only the h
 which stops it) under a ``harness.backends.reaper`` watchdog; live ones are backends of kind
 :data:`SERVER` in the one cache, :mod:`harness.backends.live`. :meth:`Server.generate` streams
 completions at the job's :class:`harness.backends.arrivals.Load`, recording each request's send
-time, chunk gaps and speculative metrics.
+time, chunk gaps and speculative metrics. ``backend=server`` is :data:`STARTED`, or
+:data:`AT_URL` with ``server.url``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -34,8 +36,9 @@ import numpy as np
 
 from harness import metrics
 from harness.backends import arrivals, live, reaper
+from harness.backends.base import Backend, Generator
 from harness.backends.engine import ENV, EngineSpec, environment, failure_cause
-from harness.errors import BackendError
+from harness.errors import BackendError, ConfigError
 from harness.files import key_digest
 from harness.records import Completion
 
@@ -436,3 +439,59 @@ def _running(server: Server) -> bool:
 
 # started servers; ``live.get_all(SERVER, specs, log_dir=..., timeout_s=...)``
 SERVER = live.Kind("server", start=_launch, stop=stop, running=_running)
+
+
+class _Servers(Backend):
+    """``backend=server``: jobs stream from vLLM servers; their runs are named ``-server``."""
+
+    name = "server"
+    run_name = "-server"
+
+    def launches(self) -> int:
+        return live.launches(SERVER)
+
+
+class Started(_Servers):
+    """Servers started here per engine spec (their logs in ``logs``), kept in the live cache."""
+
+    def launch_lines(self, spec: Any, cfg: Any) -> list[str]:
+        """The server's command line."""
+        args = " ".join(shlex.quote(a) for a in server_args(spec))
+        return [
+            f"  python -m vllm.entrypoints.openai.api_server {args} --host {HOST} --port <free>"
+        ]
+
+    def instance(
+        self, cfg: Any, specs: tuple[Any, ...], index: int, logs: Path
+    ) -> list[tuple[Generator, bool]]:
+        """Live servers of ``specs`` (:data:`SERVER`)."""
+        fresh, timeout_s = cfg.instances > 1, cfg.server.start_timeout_s
+        return live.instance(SERVER, specs, index, fresh, log_dir=logs, timeout_s=timeout_s)
+
+
+class AtUrl(_Servers):
+    """The server someone runs at ``server.url``: one instance, nothing beside it."""
+
+    def validate(self, cfg: Any) -> None:
+        """One engine instance: the harness starts none."""
+        if cfg.instances != 1:
+            raise ConfigError(
+                f"instances={cfg.instances}: needs engines the harness starts; "
+                "a server at server.url is one instance"
+            )
+
+    def alone(self, cfg: Any) -> str | None:
+        return "a server reached at server.url has no baseline beside it"
+
+    def launch_lines(self, spec: Any, cfg: Any) -> list[str]:
+        return [f"  the running server at {cfg.server.url} (its own engine arguments)"]
+
+    def instance(
+        self, cfg: Any, specs: tuple[Any, ...], index: int, logs: Path
+    ) -> list[tuple[Generator, bool]]:
+        """The server at ``server.url`` (:func:`connect`), every live backend stopped."""
+        live.clear()
+        return [(connect(cfg.server.url), True)]
+
+
+STARTED, AT_URL = Started(), AtUrl()

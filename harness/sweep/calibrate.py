@@ -302,7 +302,7 @@ def measure(
 
 def _time(llm: Any, batch: list[list[int]], k: int, concurrency: int) -> list[Timing]:
     """Each request's :class:`Timing` of ``batch`` run on ``llm`` at ``concurrency``."""
-    from harness.sweep.runner import generate
+    from harness.backends.offline import generate
 
     streams: dict[str, list[tuple[float, int]]] = {}
     timings: list[Timing] = []

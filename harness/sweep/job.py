@@ -12,15 +12,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness import metrics, provenance, results, tracking
-from harness.backends import live, server
-from harness.backends.engine import OFFLINE
+from harness import backends, metrics, provenance, results, tracking
+from harness.backends import live
 from harness.config import ConfigError
 from harness.data.datasets import DatasetError
 from harness.files import key_digest
 from harness.records import RequestRecord, RunSummary
 from harness.sweep import calibrate
-from harness.sweep.runner import Offline, PreparedJob, prepare, run, warm_up
+from harness.sweep.runner import PreparedJob, prepare, run, warm_up
 
 # What happened to a job (the Hydra task function's return value).
 RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
@@ -178,86 +177,48 @@ def combine(job: PreparedJob, parts: list[Outcome]) -> Outcome:
     )
 
 
-def instance(
-    kind: live.Kind,
-    specs: tuple,
-    index: int,
-    fresh: bool,
-    cache: live.Live = live.CACHE,
-    **options: Any,
-) -> list[tuple[Any, bool]]:
-    """The live backends of a job's instance ``index`` (its own first) in ``cache`` and
-    whether each was reused; ``fresh``: none kept from before, started in alternating order
-    (the job's own last at even instances, first at odd ones)."""
-    if fresh:
-        cache.clear()
-    flip = index % 2 == 1
-    got = cache.get_all(kind, specs[::-1] if flip else specs, **options)
-    return got[::-1] if flip else got
-
-
-def _offline(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome:
-    """Instance ``index`` of the job (``job`` is its part) on live ``vllm.LLM`` engines (its
-    own, and its baseline when interleaved), calibrated at the first instance and watched by
-    the drift sentinel; on any error every engine shuts down. Asking the live cache for
-    them stops any other backend, a server too."""
-    got = instance(OFFLINE, job.specs, index, cfg.instances > 1)
-    (engine, reused), baseline = got[0], (got[1][0].llm if len(got) > 1 else None)
+def _instance(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome:
+    """Instance ``index`` of the job (``job`` is its part) on its backend's live engines or
+    servers (its own, and its baseline when interleaved); an engine stepped in this process
+    is calibrated at the first instance and watched by the drift sentinel. On any error
+    every live backend stops."""
+    backend = backends.of(cfg)
+    logs = results.sweep_dir(cfg) / results.SERVER_LOGS
+    got = backend.instance(cfg, job.specs, index, logs)
+    (own, reused), baseline = got[0], (got[1][0] if len(got) > 1 else None)
+    llm = backend.in_process(own)
+    plain = None if baseline is None else backend.in_process(baseline)
+    reference = None
     try:
-        for llm in (engine.llm, baseline)[: len(got)]:
-            warm_up(job, Offline(llm))
-        if cfg.calibrate and index == 0:
-            calibrate.on_live_engine(cfg, job.spec, engine.llm, baseline)
-        reference = Reference(job, baseline or engine.llm, cfg.sentinel_requests)
-        pair = None if baseline is None else Offline(baseline)
-        records, wall_s, counts = run(job, Offline(engine.llm), progress, pair)
-        reference.end()
+        for generator in (own, baseline)[: len(got)]:
+            warm_up(job, generator)
+        if llm is not None:
+            if cfg.calibrate and index == 0:
+                calibrate.on_live_engine(cfg, job.spec, llm, plain)
+            reference = Reference(job, plain or llm, cfg.sentinel_requests)
+        records, wall_s, counts = run(job, own, progress, baseline)
+        if reference is not None:
+            reference.end()
     except BaseException:
         live.clear()
         raise
     # an engine started after the job's reset its counters (vLLM keeps one set per process)
-    lost = any(not r for _, r in got[1:]) and (reused or index % 2 == 1)
-    started = Started(engine.start_s, reused, live.launches(OFFLINE))
+    restarted = any(not r for _, r in got[1:]) and (reused or index % 2 == 1)
+    lost = backend.shares_counters and restarted
+    started = Started(own.start_s, reused, backend.launches())
     counts = None if lost else counts
-    return Outcome(records, wall_s, counts, records, started, reference.to_row())
-
-
-def _on_server(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome:
-    """Instance ``index`` of the job (``job`` is its part) against vLLM servers started for
-    its specs (its own, and its baseline's when interleaved; reused across the jobs of a
-    spec, their logs beside the results), or against the server at ``server.url``. Asking
-    the live cache for its servers stops any other backend, an offline engine too; a job
-    on someone's server asks for none."""
-    if cfg.server.url:
-        live.clear()
-        got = [(server.connect(cfg.server.url), True)]
-    else:
-        logs = results.sweep_dir(cfg) / results.SERVER_LOGS
-        timeout_s = cfg.server.start_timeout_s
-        got = instance(
-            server.SERVER, job.specs, index, cfg.instances > 1, log_dir=logs, timeout_s=timeout_s
-        )
-    (own, reused), baseline = got[0], (got[1][0] if len(got) > 1 else None)
-    try:
-        for backend in (own, baseline)[: len(got)]:
-            warm_up(job, backend)
-        records, wall_s, counts = run(job, own, progress, baseline)
-    except BaseException:
-        live.clear()
-        raise
-    started = Started(own.start_s, reused, live.launches(server.SERVER))
-    return Outcome(records, wall_s, counts, records, started)
+    row = None if reference is None else reference.to_row()
+    return Outcome(records, wall_s, counts, records, started, row)
 
 
 def measure(cfg: Any, job: PreparedJob, progress: bool = True) -> Outcome:
     """The job on its engines, or on ``cfg.instances`` > 1 fresh engine instances (pairs when
     interleaved, none kept from the job before) with its problems split over them
     (:func:`split`), combined (:func:`combine`)."""
-    on = _on_server if cfg.backend == "server" else _offline
     parts = split(job, cfg.instances)
     if len(parts) > 1:
         print(f"{job.info.run_id}: {len(parts)} engine instances, the problems split over them")
-    return combine(job, [on(cfg, part, progress, i) for i, part in enumerate(parts)])
+    return combine(job, [_instance(cfg, part, progress, i) for i, part in enumerate(parts)])
 
 
 def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> RunSummary | None:

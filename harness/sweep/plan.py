@@ -1,8 +1,8 @@
 """Plan mode (``plan=true``): print what a sweep would run, start nothing.
 
-For each engine spec in launch order: the exact ``vllm.LLM`` keyword arguments
-(:meth:`harness.backends.engine.EngineSpec.llm_kwargs`), or the server's command line on the
-server backend, the memory pre-flight
+For each engine spec in launch order: how its backend starts it (``launch_lines``: the
+exact ``vllm.LLM`` keyword arguments, :meth:`harness.backends.engine.EngineSpec.llm_kwargs`,
+or the server's command line), the memory pre-flight
 (:mod:`harness.backends.memory`), the vocab pre-flight, the pairing (an interleaved job's engine
 and its baseline on one device, or why they fall back to sequential), then its jobs
 with requests and maximum output tokens; totals last. Needs no GPU, no hub and no built models: problems are
@@ -12,19 +12,16 @@ counted when their files are local, otherwise the job's limit (or "all") is show
 from __future__ import annotations
 
 import itertools
-import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import speculators
+from harness import backends, speculators
 from harness.backends import live, memory
 from harness.backends.engine import EngineSpec
-from harness.backends.server import HOST, server_args
 from harness.checks import looks_local, model_config
 from harness.data.datasets import load_problems
 from harness.results import job_name
-from harness.sweep.job import instance
 from harness.sweep.runner import Engines, choose_engines
 from harness.sweep.sweeper import Plan
 
@@ -79,18 +76,7 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
         ConfigError: the engine cannot fit its GPU, or the speculator does not match the
             target (its family's ``plan_check``).
     """
-    served = cfgs[0].backend == "server"
-    if served and cfgs[0].server.url:
-        lines = [f"  the running server at {cfgs[0].server.url} (its own engine arguments)"]
-    elif served:
-        args = " ".join(shlex.quote(a) for a in server_args(spec))
-        lines = [
-            f"  python -m vllm.entrypoints.openai.api_server {args} --host {HOST} --port <free>"
-        ]
-    else:
-        lines = ["  vllm.LLM("]
-        lines += [f"      {key}={value!r}," for key, value in spec.llm_kwargs().items()]
-        lines.append("  )")
+    lines = backends.of(cfgs[0]).launch_lines(spec, cfgs[0])
     lines += [f"  env {key}={value}" for key, value in spec.env().items()]
     lines += [f"  note: {m} does not exist yet (build it before the sweep)" for m in _missing(spec)]
     concurrency = max(c.concurrency for c in cfgs)
@@ -117,13 +103,13 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
 
 def launches(cfgs: list[Any], engines: list[Engines]) -> int:
     """Engine starts of the jobs in order: each job's instances asked of a cache of its own
-    (:func:`harness.sweep.job.instance`, the live cache's rule) whose backends are specs."""
+    (:meth:`harness.backends.live.Live.instance`, the live cache's rule) whose backends are specs."""
     cache = live.Live()
     planned = live.Kind("planned", start=lambda spec, same: spec, stop=lambda backend: None)
     for cfg, chosen in zip(cfgs, engines, strict=True):
         specs = (chosen.spec,) + ((chosen.baseline,) if chosen.baseline else ())
         for index in range(cfg.instances):
-            instance(planned, specs, index, cfg.instances > 1, cache)
+            cache.instance(planned, specs, index, cfg.instances > 1)
     return cache.launches(planned)
 
 

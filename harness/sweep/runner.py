@@ -1,24 +1,24 @@
 """One job's work: problems -> chat prompts -> a backend -> records.
 
 :func:`prepare` does everything that needs no engine (and raises ConfigError on bad
-input); :func:`run` sends the prompts through a backend (:class:`Offline`, a live
-``vllm.LLM`` stepped here keeping ``concurrency`` requests in flight; or
-``harness.backends.server.Server``, streamed over HTTP at the job's load) and returns one
-:class:`RequestRecord` per problem. Prompts are rendered with the target tokenizer's chat
+input); :func:`run` sends the prompts through a live backend
+(:class:`harness.backends.base.Generator`: a ``vllm.LLM`` stepped here keeping
+``concurrency`` requests in flight, or a server streamed over HTTP at the job's load) and
+returns one :class:`RequestRecord` per problem. Prompts are rendered with the target tokenizer's chat
 template and sent as token ids, so the length check and the engine see the same tokens.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
-from harness import console, metrics, schedule, speculators
+from harness import backends, console, metrics, schedule, speculators
 from harness.backends import memory
 from harness.backends.arrivals import Load
+from harness.backends.base import Generator
 from harness.backends.engine import WARMUP_TOKENS, EngineSpec
 from harness.checks import (
     check_model_dir,
@@ -125,9 +125,7 @@ def runs_alone(cfg: Any) -> str | None:
     """Why an interleaved job cannot have a baseline beside it, or None."""
     if cfg.request_rate is not None:
         return "open-loop arrivals keep their own pace"
-    if cfg.backend == "server" and cfg.server.url:
-        return "a server reached at server.url has no baseline beside it"
-    return None
+    return backends.of(cfg).alone(cfg)
 
 
 @dataclass(frozen=True)
@@ -213,124 +211,6 @@ def prepare(cfg: Any) -> PreparedJob:
     )
 
 
-def generate(
-    llm: Any,
-    prompts: Sequence[Sequence[int]],
-    params: Any,
-    concurrency: int,
-    on_output: Callable[[int, Any], None],
-    on_step: Callable[[Any], None] | None = None,
-) -> None:
-    """Generate every prompt, keeping ``concurrency`` requests in flight.
-
-    Calls ``on_step(RequestOutput)`` for every output of every engine step (``params``
-    chooses cumulative or delta outputs), then ``on_output(index, RequestOutput)`` as each
-    request finishes.
-    """
-    pending = iter(enumerate(prompts))
-    in_flight: dict[str, int] = {}
-
-    def submit() -> None:
-        item = next(pending, None)
-        if item is None:
-            return
-        prompt = {"prompt_token_ids": list(item[1])}
-        if on_step is None:
-            (request_id,) = llm.enqueue(prompt, params, use_tqdm=False)
-        else:  # LLM.enqueue makes a request final-output-only; the engine streams each step
-            request_id = llm.llm_engine.add_request(uuid.uuid4().hex, prompt, params)
-        in_flight[request_id] = item[0]
-
-    def finished(output_id: str) -> int:
-        # enqueue() returns vLLM's internal id "<id>-<random suffix>"; outputs carry "<id>".
-        key = next(k for k in in_flight if k == output_id or k.startswith(f"{output_id}-"))
-        return in_flight.pop(key)
-
-    for _ in range(concurrency):
-        submit()
-    while in_flight:
-        for output in llm.llm_engine.step():
-            if on_step is not None:
-                on_step(output)
-            if output.finished:
-                on_output(finished(output.request_id), output)
-                submit()
-
-
-def latencies(output: Any) -> tuple[float, float]:
-    """(TTFT, e2e) seconds of one finished ``vllm.RequestOutput``, both from its arrival."""
-    stats = output.metrics
-    return stats.first_token_latency, stats.first_token_latency + (
-        stats.last_token_ts - stats.first_token_ts
-    )
-
-
-def _tuple(values: Sequence[int] | None) -> tuple[int, ...] | None:
-    return None if values is None else tuple(values)
-
-
-def completion_of(output: Any) -> Completion:
-    """The :class:`Completion` of one finished ``vllm.RequestOutput``."""
-    completion = output.outputs[0]
-    ttft, e2e = latencies(output)
-    spec = completion.spec_decode_metrics
-    return Completion(
-        token_ids=tuple(completion.token_ids),
-        text=completion.text,
-        finish_reason=completion.finish_reason,
-        ttft_s=ttft,
-        e2e_s=e2e,
-        histogram=_tuple(spec.histogram) if spec else None,
-        num_draft_tokens=spec.num_draft_tokens if spec else None,
-        per_step_accepted=_tuple(spec.per_step_accepted) if spec else None,
-        per_step_drafted=_tuple(spec.per_step_drafted) if spec else None,
-    )
-
-
-class Backend(Protocol):
-    """Turns prompts into completions: :class:`Offline` or ``harness.backends.server.Server``."""
-
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        params: Any,
-        load: Load,
-        on_output: Callable[[int, Completion], None],
-    ) -> None:
-        """Generate every prompt at ``load``, calling ``on_output(index, completion)`` as
-        each request finishes."""
-
-    def spec_counts(self) -> metrics.SpecCounts | None:
-        """The engine's global speculative-decoding counters (None without speculation)."""
-
-
-@dataclass(frozen=True)
-class Offline:
-    """The offline backend: a live ``vllm.LLM`` stepped in this process (closed loop)."""
-
-    llm: Any
-
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        params: Any,
-        load: Load,
-        on_output: Callable[[int, Completion], None],
-    ) -> None:
-        """:func:`generate` at ``load.concurrency`` (open-loop rates need the server)."""
-        generate(
-            self.llm,
-            prompts,
-            params,
-            load.concurrency,
-            lambda index, output: on_output(index, completion_of(output)),
-        )
-
-    def spec_counts(self) -> metrics.SpecCounts | None:
-        """vLLM's counters from ``LLM.get_metrics()``."""
-        return metrics.counts_from_snapshot(self.llm.get_metrics())
-
-
 def spec_counts(completion: Completion) -> metrics.SpecCounts | None:
     """A completion's verify steps, drafted and accepted tokens (None without speculation)."""
     if completion.histogram is None or completion.num_draft_tokens is None:
@@ -393,7 +273,7 @@ def _ignore(index: int, completion: Completion) -> None:
     pass
 
 
-def warm_up(job: PreparedJob, backend: Backend) -> None:
+def warm_up(job: PreparedJob, backend: Generator) -> None:
     """``job.warmup`` unrecorded rounds of min(concurrency, problems) of the job's own prompts
     at its concurrency and sampling settings, a few tokens each (as vLLM's benchmarks warm up)."""
     width = min(job.info.concurrency, len(job.requests))
@@ -405,7 +285,7 @@ def warm_up(job: PreparedJob, backend: Backend) -> None:
 
 def interleave(
     job: PreparedJob,
-    backends: dict[str, Backend],
+    backends: dict[str, Generator],
     on_output: dict[str, Callable[[int, Completion], None]],
     pattern: str = pairing.PATTERN,
     settle: bool = True,
@@ -440,7 +320,7 @@ def interleave(
 
 
 def run(
-    job: PreparedJob, backend: Backend, progress: bool = True, baseline: Backend | None = None
+    job: PreparedJob, backend: Generator, progress: bool = True, baseline: Generator | None = None
 ) -> tuple[list[RequestRecord], float, metrics.SpecCounts | None]:
     """Generate every request of ``job``; returns the records (problem order), the seconds
     the job's backend spent generating them and its engine counters over those requests
