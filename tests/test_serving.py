@@ -8,7 +8,7 @@ import pytest
 
 from harness import schedule
 from harness.backends.engine import EngineSpec
-from harness.config import compose_config
+from harness.config import check_command_line, compose_config
 from harness.results import job_name
 from reports import serving
 
@@ -48,6 +48,9 @@ def test_the_schedule_takes_the_predicted_best_k_and_zero_where_none_pays():
         "variant=cot_sd dataset=d spec.k=3 spec.k_schedule=[[1,2,3],[3,8,1],[9,16,0]]"
     )
     assert rec["off"] == "target alone"  # speculation off was not calibrated
+    # make serve passes these words to python -m harness: its checks must take them
+    overrides = rec["overrides"].replace("dataset=d", "dataset=synth_easy").split()
+    assert check_command_line(overrides).spec.k_schedule == [[1, 2, 3], [3, 8, 1], [9, 16, 0]]
     # calibrated, K = 0 keeps paying for the loaded draft: at 16 in flight K = 1 beats it
     off = {1: 0.8, 4: 0.9, 16: 0.6}
     priced = table.assign(speedup_off_predicted=table["concurrency"].map(off))
