@@ -411,6 +411,12 @@ def validate(cfg: Any) -> None:
         cfg.sweep,
         "must be a folder name inside results_dir (no path)",
     )
+    check(
+        bool(cfg.results_dir),
+        "results_dir",
+        "",
+        "must name a folder (runs go to results_dir/sweep)",
+    )
     speculators.of(cfg.variant).validate(cfg)
     check(
         cfg.spec.k == 0 or speculators.can_speculate(cfg.variant),

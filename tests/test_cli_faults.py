@@ -68,6 +68,14 @@ def test_a_refused_value_writes_nothing(override, multirun, tmp_path):
     assert list(tmp_path.rglob("*")) == []  # no lock, no .hydra/, inside or outside
 
 
+def test_an_empty_results_dir_is_refused_and_writes_nothing(tmp_path):
+    run = cli.run("harness", "variant=cot", "results_dir=", cwd=tmp_path)
+    assert (
+        _one_error(run) == "error: results_dir=: must name a folder (runs go to results_dir/sweep)"
+    )
+    assert list(tmp_path.rglob("*")) == []  # not ./tiny/ in the current directory
+
+
 def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_path):
     sweep = tmp_path / "tiny"
     sweep.mkdir()
