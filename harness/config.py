@@ -247,6 +247,27 @@ def _expected(node: Any) -> str:
 SET_BY_HARNESS = {"repeat": "set by the harness for each of repeats=N runs; use repeats=N"}
 
 
+# Hydra's keys that place its files (.hydra/ configs, job logs); conf/hydra/output puts
+# them under results_dir/<sweep>/.hydra
+HYDRA_PATHS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "hydra.output_subdir")
+
+
+def check_hydra_paths(overrides: list[str]) -> None:
+    """No override moves Hydra's files out of ``results_dir/<sweep>``: its run and sweep
+    folders and any logging handler's file."""
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        log_file = key.startswith(("hydra.job_logging.", "hydra.hydra_logging.")) and key.endswith(
+            ".filename"
+        )
+        check(
+            key not in HYDRA_PATHS and not log_file,
+            key,
+            value,
+            "Hydra's files go under results_dir/<sweep>/.hydra; set results_dir and sweep instead",
+        )
+
+
 def check_overrides(overrides: list[str]) -> None:
     """Every ``key=value`` override names a key of the schema and a value of its type (each
     value of a sweep list), in one line (Hydra's own errors span a screen and exit 1).
@@ -259,6 +280,7 @@ def check_overrides(overrides: list[str]) -> None:
     from hydra.errors import OverrideParseException
     from omegaconf.errors import ValidationError
 
+    check_hydra_paths(overrides)
     try:
         parsed = OverridesParser.create().parse_overrides(
             [o for o in overrides if "=" in o or o.startswith("~")]

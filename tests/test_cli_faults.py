@@ -76,6 +76,22 @@ def test_an_empty_results_dir_is_refused_and_writes_nothing(tmp_path):
     assert list(tmp_path.rglob("*")) == []  # not ./tiny/ in the current directory
 
 
+@pytest.mark.parametrize(
+    ("key", "mode"),
+    [("hydra.run.dir", ()), ("hydra.sweep.dir", ("-m",)),
+     ("hydra.job_logging.handlers.file.filename", ())],
+)  # fmt: skip
+def test_hydra_overrides_that_write_outside_results_dir_are_refused(key, mode, tmp_path):
+    outside = tmp_path / "outside"
+    run = cli.run("harness", *mode, "variant=cot", f"{key}={outside}",
+                  f"results_dir={tmp_path / 'r'}", "plan=true", cwd=tmp_path)  # fmt: skip
+    assert _one_error(run) == (
+        f"error: {key}={outside}: Hydra's files go under results_dir/<sweep>/.hydra; "
+        "set results_dir and sweep instead"
+    )
+    assert list(tmp_path.rglob("*")) == []
+
+
 def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_path):
     sweep = tmp_path / "tiny"
     sweep.mkdir()
