@@ -286,7 +286,7 @@ def check_overrides(overrides: list[str]) -> None:
             [o for o in overrides if "=" in o or o.startswith("~")]
         )
     except OverrideParseException as exc:
-        raise ConfigError(str(exc).splitlines()[0]) from None
+        raise ConfigError(_unparsable(overrides) or str(exc).splitlines()[0]) from None
     is_group = [(CONF_DIR / o.key_or_group).is_dir() for o in parsed]
     groups = [
         f"{o.key_or_group}={next(iter(o.sweep_iterator())) if o.is_discrete_sweep() else o.value()}"
@@ -338,6 +338,26 @@ def check_overrides(overrides: list[str]) -> None:
                 node.validate_and_convert(value)
             except ValidationError:
                 raise ConfigError(f"{key}={value}: expected {_expected(node)}") from None
+
+
+def _unparsable(overrides: list[str]) -> str | None:
+    """The first ``key=value`` Hydra's grammar cannot read, and how to quote its value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for override in (o for o in overrides if "=" in o):
+        try:
+            parser.parse_override(override)
+        except HydraException:
+            key, _, value = override.partition("=")
+            quote = "'" if '"' in value else '"'
+            shell = '"' if quote == "'" else "'"
+            return (
+                f"{override}: Hydra cannot read this value unquoted; for text, quote it: "
+                f"{shell}{key}={quote}{value}{quote}{shell}"
+            )
+    return None
 
 
 def check(ok: bool, key: str, value: Any, why: str) -> None:

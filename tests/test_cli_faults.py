@@ -92,6 +92,15 @@ def test_hydra_overrides_that_write_outside_results_dir_are_refused(key, mode, t
     assert list(tmp_path.rglob("*")) == []
 
 
+def test_a_value_hydra_cannot_read_says_how_to_quote_it(tiny_overrides):
+    line = _one_error(_harness(*tiny_overrides, "variant=cot", "sweep=ü"))
+    assert line == (
+        "error: sweep=ü: Hydra cannot read this value unquoted; for text, quote it: 'sweep=\"ü\"'"
+    )
+    quoted = _harness(*tiny_overrides, "variant=cot", 'sweep="ü"', "plan=true")
+    assert quoted.returncode == 0, quoted.stderr[-2000:]
+
+
 def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_path):
     sweep = tmp_path / "tiny"
     sweep.mkdir()
