@@ -440,6 +440,18 @@ def check_synthetic(spec: Any) -> None:
     )
 
 
+def check_tracker_installed(name: str) -> None:
+    """``tracking=mlflow`` needs MLflow's client."""
+    from harness import tracking
+
+    check(
+        name != "mlflow" or tracking.installed(),
+        "tracking",
+        name,
+        f"the {tracking.PACKAGE} package is not installed; run `make install-tracking`",
+    )
+
+
 def validate(cfg: Any) -> None:
     """Check ranges and cross-field rules of a composed job config.
 
@@ -479,6 +491,7 @@ def validate(cfg: Any) -> None:
     check(cfg.repeats >= 1, "repeats", cfg.repeats, "must be >= 1")
     check_choice("pairing", cfg.pairing, PAIRINGS)
     check_choice("tracking.name", cfg.tracking.name, TRACKERS)
+    check_tracker_installed(cfg.tracking.name)
     check(cfg.instances >= 1, "instances", cfg.instances, "must be >= 1")
     check(cfg.sentinel_requests >= 1, "sentinel_requests", cfg.sentinel_requests, "must be >= 1")
     check(

@@ -101,6 +101,18 @@ def test_a_value_hydra_cannot_read_says_how_to_quote_it(tiny_overrides):
     assert quoted.returncode == 0, quoted.stderr[-2000:]
 
 
+def test_tracking_mlflow_without_mlflow_is_refused_before_anything_runs(tmp_path):
+    # a fresh interpreter in which mlflow cannot be found, as where it is not installed
+    shim = ("import runpy, sys; sys.modules['mlflow'] = None; sys.argv[0] = 'harness'; "
+            "runpy.run_module('harness', run_name='__main__', alter_sys=True)")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", shim, "variant=cot", "tracking=mlflow",
+                          f"results_dir={tmp_path}"], capture_output=True, text=True)  # fmt: skip
+    assert _one_error(run) == (
+        "error: tracking=mlflow: the mlflow package is not installed; run `make install-tracking`"
+    )
+    assert list(tmp_path.rglob("*")) == []
+
+
 def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_path):
     sweep = tmp_path / "tiny"
     sweep.mkdir()
