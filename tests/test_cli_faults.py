@@ -216,6 +216,16 @@ def test_dataset_file_errors_name_the_file_line_and_cause(tmp_path, content, mes
     assert str(path) in error and message in error
 
 
+def test_a_dataset_path_that_reads_as_no_file_says_why(tmp_path):
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    assert _one_error(_check_dataset(loop)) == f"error: dataset.path={loop}: a symlink loop"
+    device = _one_error(_check_dataset(Path("/dev/zero")))
+    assert device == "error: dataset.path=/dev/zero: not a regular file; name one JSONL file"
+    missing = tmp_path / "missing.jsonl"
+    assert _one_error(_check_dataset(missing)) == f"error: dataset.path={missing}: no such file"
+
+
 def test_dataset_file_with_a_utf8_bom_loads(tmp_path):
     path = tmp_path / "gsm8k.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + f"{GOOD_ROW}\n{GOOD_ROW}\n".encode())
