@@ -49,6 +49,22 @@ def test_builds_must_be_a_list_of_override_lists(tmp_path):
         config.load("bad", tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("name", "override", "line"),
+    [
+        ("tiny", "spec.k=abc", "error: spec.k=abc: expected an integer"),
+        ("smoke", "limit=0", "error: limit=0: must be > 0 or null"),  # seen once composed
+        ("smoke", "hydra.run.dir=elsewhere", "error: hydra.run.dir=elsewhere: Hydra's files go"),
+    ],
+)
+def test_a_bad_override_is_refused_before_any_step_runs(name, override, line, tmp_path):
+    run = cli.run("study", "--docs-dir", str(tmp_path / "docs"), name, override,
+                  f"results_dir={tmp_path / 'runs'}", cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 2 and run.stdout == "", run.stderr[-2000:]
+    assert run.stderr.strip().startswith(line) and len(run.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # no step ran: nothing built, nothing written
+
+
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
