@@ -130,8 +130,7 @@ def made(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def study_copy(made, tmp_path) -> Path:
-    """A copy of :func:`made`'s study folder for a test to edit (at the same depth: its
-    REPORT.md links to docs/ relatively)."""
+    """A copy of :func:`made`'s study folder for a test to edit."""
     return Path(shutil.copytree(made, tmp_path / made.parent.name / made.name))
 
 
@@ -200,6 +199,29 @@ def test_a_study_folder_regenerates_and_check_names_a_changed_table(made, study_
     assert done.returncode == 1
     assert f"{out}/aggregates.csv: column accuracy, row 1" in done.stderr
     assert f"{out}/figures/: committed" in done.stderr and "extra.png" in done.stderr
+
+
+def test_check_passes_on_a_copy_anywhere_and_lists_every_difference(made, tmp_path):
+    copy = Path(shutil.copytree(made, tmp_path / "elsewhere" / "deeper" / "copy"))
+    assert folder.check(copy) == []  # its link to docs/METRICS.md points elsewhere from here
+    report = copy / folder.REPORT
+    lines = report.read_text().splitlines()
+    edited = [i for i, line in enumerate(lines) if line.startswith("|")][::3][:8]
+    for i in edited:
+        lines[i] += " edited"
+    report.write_text("\n".join(lines) + "\n")
+    shutil.rmtree(copy / folder.RAW / "smoke" / SD)
+    problems = folder.check(copy)
+    assert problems[:2] == [
+        f"raw/smoke/{SD}: missing (study.json lists it)",
+        "raw/: study.json records 2 runs, 1 are there",
+    ]
+    said = [p for p in problems if p.startswith(f"{folder.REPORT}: ")]
+    assert said[-1].startswith(f"{folder.REPORT}: and ") and said[-1].endswith(
+        " more differing lines"
+    )
+    assert f"line {edited[0] + 1}: {lines[edited[0]]!r} committed" in said[0]
+    assert len(said) == folder.SHOWN + 1
 
 
 def test_raw_runs_are_compacted_and_read_back_complete(made):
