@@ -100,6 +100,13 @@ def main(args: argparse.Namespace) -> int:
     except StepFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: study {study.name} stopped; its finished runs are kept in "
+            f"{results_dir} (running it again resumes)",
+            file=sys.stderr,
+        )
+        return 130
     print(f"wrote {path}")
     return 0
 
