@@ -245,6 +245,27 @@ def _expected(node: Any) -> str:
 SET_BY_HARNESS = {"repeat": "set by the harness for each of repeats=N runs; use repeats=N"}
 
 
+# Hydra's keys that place its files (.hydra/ configs, job logs); conf/hydra/output puts
+# them under results_dir/<sweep>/.hydra
+HYDRA_PATHS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "hydra.output_subdir")
+
+
+def check_hydra_paths(overrides: list[str]) -> None:
+    """No override moves Hydra's files out of ``results_dir/<sweep>``: its run and sweep
+    folders and any logging handler's file."""
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        log_file = key.startswith(("hydra.job_logging.", "hydra.hydra_logging.")) and key.endswith(
+            ".filename"
+        )
+        check(
+            key not in HYDRA_PATHS and not log_file,
+            key,
+            value,
+            "Hydra's files go under results_dir/<sweep>/.hydra; set results_dir and sweep instead",
+        )
+
+
 def check_overrides(overrides: list[str]) -> None:
     """Every ``key=value`` override names a key of the schema and a value of its type (each
     value of a sweep list), in one line (Hydra's own errors span a screen and exit 1).
@@ -257,12 +278,13 @@ def check_overrides(overrides: list[str]) -> None:
     from hydra.errors import OverrideParseException
     from omegaconf.errors import ValidationError
 
+    check_hydra_paths(overrides)
     try:
         parsed = OverridesParser.create().parse_overrides(
             [o for o in overrides if "=" in o or o.startswith("~")]
         )
     except OverrideParseException as exc:
-        raise ConfigError(str(exc).splitlines()[0]) from None
+        raise ConfigError(_unparsable(overrides) or str(exc).splitlines()[0]) from None
     is_group = [(CONF_DIR / o.key_or_group).is_dir() for o in parsed]
     groups = [
         f"{o.key_or_group}={next(iter(o.sweep_iterator())) if o.is_discrete_sweep() else o.value()}"
@@ -330,6 +352,26 @@ def check_command_line(args: list[str]) -> DictConfig | None:
     cfg = compose_config([a for a in args if not a.startswith(("-", "hydra"))])
     validate(cfg)
     return cfg
+
+
+def _unparsable(overrides: list[str]) -> str | None:
+    """The first ``key=value`` Hydra's grammar cannot read, and how to quote its value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for override in (o for o in overrides if "=" in o):
+        try:
+            parser.parse_override(override)
+        except HydraException:
+            key, _, value = override.partition("=")
+            quote = "'" if '"' in value else '"'
+            shell = '"' if quote == "'" else "'"
+            return (
+                f"{override}: Hydra cannot read this value unquoted; for text, quote it: "
+                f"{shell}{key}={quote}{value}{quote}{shell}"
+            )
+    return None
 
 
 def check(ok: bool, key: str, value: Any, why: str) -> None:
@@ -412,6 +454,18 @@ def check_synthetic(spec: Any) -> None:
     )
 
 
+def check_tracker_installed(name: str) -> None:
+    """``tracking=mlflow`` needs MLflow's client."""
+    from harness import tracking
+
+    check(
+        name != "mlflow" or tracking.installed(),
+        "tracking",
+        name,
+        f"the {tracking.PACKAGE} package is not installed; run `make install-tracking`",
+    )
+
+
 def validate(cfg: Any) -> None:
     """Check ranges and cross-field rules of a composed job config.
 
@@ -424,6 +478,12 @@ def validate(cfg: Any) -> None:
         "sweep",
         cfg.sweep,
         "must be a folder name inside results_dir (no path)",
+    )
+    check(
+        bool(cfg.results_dir),
+        "results_dir",
+        "",
+        "must name a folder (runs go to results_dir/sweep)",
     )
     speculators.of(cfg.variant).validate(cfg)
     check(
@@ -445,6 +505,7 @@ def validate(cfg: Any) -> None:
     check(cfg.repeats >= 1, "repeats", cfg.repeats, "must be >= 1")
     check_choice("pairing", cfg.pairing, PAIRINGS)
     check_choice("tracking.name", cfg.tracking.name, TRACKERS)
+    check_tracker_installed(cfg.tracking.name)
     check(cfg.instances >= 1, "instances", cfg.instances, "must be >= 1")
     check(cfg.sentinel_requests >= 1, "sentinel_requests", cfg.sentinel_requests, "must be >= 1")
     check(

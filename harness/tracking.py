@@ -8,6 +8,7 @@ one warning line.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
@@ -21,6 +22,7 @@ from harness import metrics as measures
 from harness.errors import first_line
 from harness.records import RequestRecord, RunSummary
 
+PACKAGE = "mlflow"  # the client tracking=mlflow logs with (make install-tracking)
 DB = "mlflow.db"  # the default store, under results_dir
 SQLITE = "sqlite:///"
 ARTIFACTS = (
@@ -30,6 +32,11 @@ SWEEP_RUN = "sweep report"  # the run that holds a sweep's report
 # a tracking server that is down costs seconds, not MLflow's minutes of retries
 PATIENCE = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 MAX_PARAM = 6000  # MLflow's longest param value; a longer one (a custom prompt) is cut
+
+
+def installed() -> bool:
+    """Whether MLflow's client is importable (looked up, not imported: seconds)."""
+    return importlib.util.find_spec(PACKAGE) is not None
 
 
 def uri(tracking_uri: str | None, results_dir: str | Path) -> str:

@@ -12,6 +12,7 @@ and every number the hand-written ``README.md`` quotes that no table holds (:fun
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import json
 import re
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.results import SUMMARY
 from reports import markdown
 from reports.report import make_report
 
@@ -35,6 +37,9 @@ FIGURES = "figures"
 SPEEDUP = re.compile(r"(?<![\d.])(\d+\.\d+)x\b")
 RATE = re.compile(r"(?<![\d.])(0\.\d{3})(?!\d|\.\d)")
 NUMBER = re.compile(r"\d+\.\d+")
+# REPORT.md's link to docs/METRICS.md, relative to the folder's place: compared without it
+METRICS_LINK = re.compile(r"\]\([^)\s]*METRICS\.md\)")
+SHOWN = 5  # differing lines of REPORT.md listed one by one; the rest counted
 
 
 def read_study(study_dir: Path) -> dict[str, Any]:
@@ -131,8 +136,10 @@ def _csv_differs(committed: Path, fresh: Path) -> str | None:
 
 def check(study_dir: Path) -> list[str]:
     """Every difference between the committed generated files of ``study_dir`` and the ones
-    regenerated from its raw runs (REPORT.md byte for byte, the CSV tables numerically,
-    the figures by name), and every number README.md quotes that no table holds."""
+    regenerated from its raw runs (the runs study.json lists, REPORT.md line by line but
+    for the path of its link to docs/METRICS.md, which depends on the folder's place, the
+    CSV tables numerically, the figures by name), and every number README.md quotes that
+    no table holds."""
     study_dir = Path(study_dir)
     problems = []
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
@@ -145,27 +152,51 @@ def check(study_dir: Path) -> list[str]:
                 problems.append(f"{name}: {said}")
             elif not mine.is_file():
                 continue
-            elif name == REPORT and mine.read_bytes() != new.read_bytes():
-                problems.append(
-                    f"{name}: differs from the one regenerated ({_first_diff(mine, new)})"
-                )
-            elif name != REPORT and (why := _csv_differs(mine, new)):
+            elif name == REPORT:
+                problems += [f"{name}: {d}" for d in _line_diffs(mine, new)]
+            elif why := _csv_differs(mine, new):
                 problems.append(f"{name}: {why}")
         figures = [{p.name for p in (d / FIGURES).glob("*.png")} for d in (study_dir, fresh)]
         if figures[0] != figures[1]:
             problems.append(
                 f"{FIGURES}/: committed {sorted(figures[0])}, regenerated {sorted(figures[1])}"
             )
-    return problems + [f"{README}: quotes {n}, which no table holds" for n in unquoted(study_dir)]
+    return (
+        missing_runs(study_dir)
+        + problems
+        + [f"{README}: quotes {n}, which no table holds" for n in unquoted(study_dir)]
+    )
 
 
-def _first_diff(a: Path, b: Path) -> str:
-    """The first line where two texts differ."""
-    old, new = a.read_text().splitlines(), b.read_text().splitlines()
-    for i, (x, y) in enumerate(zip(old, new, strict=False), 1):
-        if x != y:
-            return f"line {i}"
-    return f"{len(old)} lines committed, {len(new)} regenerated"
+def missing_runs(study_dir: Path) -> list[str]:
+    """The runs ``study.json`` lists (``raw.jobs``, ``<sweep>/<job>``) that ``raw/`` lacks
+    and, when its count of runs differs from the complete runs there, both counts."""
+    study_dir = Path(study_dir)
+    recorded = read_study(study_dir)["raw"]
+    runs = [p.parent for p in (study_dir / RAW).glob(f"*/*/{SUMMARY}")]
+    there = {f"{run.parent.name}/{run.name}" for run in runs if not run.name.startswith(".")}
+    out = [f"{RAW}/{job}: missing (study.json lists it)"
+           for job in recorded.get("jobs", []) if job not in there]  # fmt: skip
+    if recorded["runs"] != len(there):
+        out.append(f"{RAW}/: study.json records {recorded['runs']} runs, {len(there)} are there")
+    return out
+
+
+def _line_diffs(a: Path, b: Path) -> list[str]:
+    """The lines where the committed text ``a`` and the regenerated ``b`` differ, the first
+    :data:`SHOWN` quoted and the rest counted (the docs/METRICS.md link's path left out)."""
+    old, new = (METRICS_LINK.sub("](METRICS.md)", p.read_text()).splitlines() for p in (a, b))
+    found = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        for k in range(max(i2 - i1, j2 - j1)):
+            mine = repr(old[i1 + k]) if i1 + k < i2 else "nothing"
+            fresh = repr(new[j1 + k]) if j1 + k < j2 else "nothing"
+            found.append(f"line {min(i1 + k, i2) + 1}: {mine} committed, {fresh} regenerated")
+    more = [f"and {len(found) - SHOWN} more differing lines"] if len(found) > SHOWN else []
+    return found[:SHOWN] + more
 
 
 def quoted(text: str) -> list[str]:

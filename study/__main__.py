@@ -4,8 +4,10 @@
     python -m study tiny allow_dirty=true         # from a dirty tree (the report says so)
     python -m study tiny rerun_flagged=0 engine.max_model_len=1024   # harness overrides too
 
-Builds the models it lacks, runs (or resumes) its sweeps, re-runs the runs the drift
-sentinel flags, calibrates and runs pre-flight as the study says, then writes
+Checks every override against each sweep first (as ``python -m harness -m`` would: bad
+input is one line, exit 2, before any step), then builds the models it lacks, runs (or
+resumes) its sweeps, re-runs the runs the drift sentinel flags, calibrates and runs
+pre-flight as the study says, then writes
 ``docs/results/NAME/``: ``raw/`` (the runs, compacted), ``study.json`` (provenance and the
 wall time of each step) and REPORT.md, ``aggregates.csv``, ``fits.csv``, ``figures/``
 (``python -m reports --check docs/results/NAME`` regenerates and compares them).
@@ -91,12 +93,20 @@ def main(args: argparse.Namespace) -> int:
         text = mine["rerun_flagged"]
         limit = config.check_rerun_flagged(int(text) if text.isdigit() else text)
     results_dir = Path(mine.get("results_dir") or RESULTS_DIR / study.name)
+    config.check_sweeps(study, harness, results_dir)
     said = shlex.join(["python", "-m", "study", study.name, *args.overrides])
     try:
         path = run(study, harness, results_dir, args.docs_dir, allow_dirty, limit, said)
     except StepFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: study {study.name} stopped; its finished runs are kept in "
+            f"{results_dir} (running it again resumes)",
+            file=sys.stderr,
+        )
+        return 130
     print(f"wrote {path}")
     return 0
 

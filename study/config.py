@@ -161,6 +161,36 @@ def load(name: str, conf_dir: Path = CONF) -> Study:
     return study
 
 
+def check_sweeps(study: Study, extra: list[str], results_dir: Path) -> None:
+    """Check every combination each sweep of ``study`` runs with the harness overrides
+    ``extra`` as ``python -m harness -m`` checks them (keys, types, ranges, a grid with
+    nothing to run), before any step: nothing built, nothing written.
+
+    Raises:
+        harness.errors.ConfigError: the first bad override or combination.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from harness.config import check_group_overrides, check_overrides, compose_config
+    from harness.sweep.sweeper import plan
+
+    parser = OverridesParser.create()
+    for sweep in study.sweeps:
+        args = sweep.args(study.experiment, extra, results_dir)
+        check_group_overrides(args)
+        check_overrides(args)
+        given = parser.parse_overrides(args)
+        fixed = [
+            o.input_line for o in given if not (o.is_sweep_override() or o.is_hydra_override())
+        ]
+        grid = compose_config(fixed, return_hydra_config=True).hydra.sweeper.params or {}
+        named = {o.key_or_group for o in given}
+        params = parser.parse_overrides([f"{k}={v}" for k, v in grid.items() if k not in named])
+        (jobs,) = BasicSweeper.split_arguments([*params, *given], None)
+        plan([(job, compose_config([o for o in job if not o.startswith("hydra")])) for job in jobs])
+
+
 def _builds(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
     """``builds``: a list of override lists, each one ``python -m train.build`` step."""
     if not isinstance(value, list) or not all(isinstance(b, list) for b in value):

@@ -31,16 +31,23 @@ COMPACTION = (
 
 @dataclass(frozen=True)
 class Copied:
-    """What :func:`copy_runs` wrote: the runs, their bytes, and the largest run's."""
+    """What :func:`copy_runs` wrote: the runs (``<sweep>/<job>``), their bytes, and the
+    largest run's."""
 
-    runs: int
+    jobs: tuple[str, ...]
     bytes: int
     largest_bytes: int
 
+    @property
+    def runs(self) -> int:
+        """How many runs were copied."""
+        return len(self.jobs)
+
     def to_row(self) -> dict[str, object]:
-        """The ``raw`` entry of ``study.json``."""
-        return {"runs": self.runs, "bytes": self.bytes, "largest_bytes": self.largest_bytes,
-                "compaction": COMPACTION}  # fmt: skip
+        """The ``raw`` entry of ``study.json`` (``reports --check`` names a run it lists
+        that ``raw/`` lacks)."""
+        return {"runs": self.runs, "jobs": list(self.jobs), "bytes": self.bytes,
+                "largest_bytes": self.largest_bytes, "compaction": COMPACTION}  # fmt: skip
 
 
 def compact_run(job: Path, out: Path) -> int:
@@ -71,7 +78,7 @@ def compact_run(job: Path, out: Path) -> int:
 def copy_runs(results_dir: Path, sweeps: list[str], raw_dir: Path) -> Copied:
     """Replace ``raw_dir`` with the complete runs of ``results_dir/<sweep>`` for each sweep
     (partial ones are left out, as the report would), compacted (:func:`compact_run`)."""
-    sizes = []
+    sizes, jobs = [], []
     with atomic_dir(raw_dir) as tmp:
         for sweep in sweeps:
             source, target = Path(results_dir) / sweep, tmp / sweep
@@ -80,8 +87,9 @@ def copy_runs(results_dir: Path, sweeps: list[str], raw_dir: Path) -> Copied:
                 if job.name.startswith(".") or results.read_summary(job) is None:
                     continue
                 sizes.append(compact_run(job, target / job.name))
+                jobs.append(f"{sweep}/{job.name}")
             if (source / CALIBRATION).is_dir():
                 shutil.copytree(source / CALIBRATION, target / CALIBRATION)
             if (source / results.FAILURES).is_file():
                 shutil.copy2(source / results.FAILURES, target / results.FAILURES)
-    return Copied(len(sizes), sum(sizes), max(sizes, default=0))
+    return Copied(tuple(jobs), sum(sizes), max(sizes, default=0))

@@ -29,6 +29,9 @@ from study import raw
 from study.config import Study, StudyError
 
 FLAGGED = ".flagged"  # <sweep>/.flagged/<job>.<n>: a run the sentinel flagged, moved aside
+# after Ctrl-C, how long a step's command may take to stop on its own (the terminal sent it
+# the SIGINT too), then after a SIGTERM, before it is killed
+STOP_WAIT_S = (60.0, 10.0)
 
 
 class StepFailed(RuntimeError):
@@ -116,8 +119,20 @@ class Runner:
         self.steps: list[Step] = []
 
     def execute(self, argv: list[str]) -> int:
-        """Run one command; its exit status."""
-        return subprocess.run(argv).returncode
+        """Run one command; its exit status. On Ctrl-C the command, which got the SIGINT
+        too, is given time to stop (and say so) before the interrupt goes on."""
+        child = subprocess.Popen(argv)
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            for wait_s, stop in zip(STOP_WAIT_S, (child.terminate, child.kill), strict=True):
+                try:
+                    child.wait(wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    stop()
+            child.wait()
+            raise
 
     def __call__(self, name: str, module: str, *args: str) -> None:
         """Run ``python -m module args`` as the step ``name``.

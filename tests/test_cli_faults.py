@@ -68,6 +68,51 @@ def test_a_refused_value_writes_nothing(override, multirun, tmp_path):
     assert list(tmp_path.rglob("*")) == []  # no lock, no .hydra/, inside or outside
 
 
+def test_an_empty_results_dir_is_refused_and_writes_nothing(tmp_path):
+    run = cli.run("harness", "variant=cot", "results_dir=", cwd=tmp_path)
+    assert (
+        _one_error(run) == "error: results_dir=: must name a folder (runs go to results_dir/sweep)"
+    )
+    assert list(tmp_path.rglob("*")) == []  # not ./tiny/ in the current directory
+
+
+@pytest.mark.parametrize(
+    ("key", "mode"),
+    [("hydra.run.dir", ()), ("hydra.sweep.dir", ("-m",)),
+     ("hydra.job_logging.handlers.file.filename", ())],
+)  # fmt: skip
+def test_hydra_overrides_that_write_outside_results_dir_are_refused(key, mode, tmp_path):
+    outside = tmp_path / "outside"
+    run = cli.run("harness", *mode, "variant=cot", f"{key}={outside}",
+                  f"results_dir={tmp_path / 'r'}", "plan=true", cwd=tmp_path)  # fmt: skip
+    assert _one_error(run) == (
+        f"error: {key}={outside}: Hydra's files go under results_dir/<sweep>/.hydra; "
+        "set results_dir and sweep instead"
+    )
+    assert list(tmp_path.rglob("*")) == []
+
+
+def test_a_value_hydra_cannot_read_says_how_to_quote_it(tiny_overrides):
+    line = _one_error(_harness(*tiny_overrides, "variant=cot", "sweep=ü"))
+    assert line == (
+        "error: sweep=ü: Hydra cannot read this value unquoted; for text, quote it: 'sweep=\"ü\"'"
+    )
+    quoted = _harness(*tiny_overrides, "variant=cot", 'sweep="ü"', "plan=true")
+    assert quoted.returncode == 0, quoted.stderr[-2000:]
+
+
+def test_tracking_mlflow_without_mlflow_is_refused_before_anything_runs(tmp_path):
+    # a fresh interpreter in which mlflow cannot be found, as where it is not installed
+    shim = ("import runpy, sys; sys.modules['mlflow'] = None; sys.argv[0] = 'harness'; "
+            "runpy.run_module('harness', run_name='__main__', alter_sys=True)")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", shim, "variant=cot", "tracking=mlflow",
+                          f"results_dir={tmp_path}"], capture_output=True, text=True)  # fmt: skip
+    assert _one_error(run) == (
+        "error: tracking=mlflow: the mlflow package is not installed; run `make install-tracking`"
+    )
+    assert list(tmp_path.rglob("*")) == []
+
+
 def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_path):
     sweep = tmp_path / "tiny"
     sweep.mkdir()
@@ -169,6 +214,16 @@ def test_dataset_file_errors_name_the_file_line_and_cause(tmp_path, content, mes
     path.write_bytes(content)
     error = _one_error(_check_dataset(path))
     assert str(path) in error and message in error
+
+
+def test_a_dataset_path_that_reads_as_no_file_says_why(tmp_path):
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    assert _one_error(_check_dataset(loop)) == f"error: dataset.path={loop}: a symlink loop"
+    device = _one_error(_check_dataset(Path("/dev/zero")))
+    assert device == "error: dataset.path=/dev/zero: not a regular file; name one JSONL file"
+    missing = tmp_path / "missing.jsonl"
+    assert _one_error(_check_dataset(missing)) == f"error: dataset.path={missing}: no such file"
 
 
 def test_dataset_file_with_a_utf8_bom_loads(tmp_path):

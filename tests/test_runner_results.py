@@ -214,6 +214,23 @@ def test_failures_are_appended_one_json_line_each(tmp_path):
     assert lines[0]["error"] == "RuntimeError: engine died"
 
 
+def test_a_failure_that_could_not_be_recorded_is_not_pointed_to(tmp_path, monkeypatch, capsys):
+    from harness.sweep import job as jobs
+
+    blocker = tmp_path / "file"  # results_dir: neither the results nor failures.jsonl fit
+    blocker.write_text("")
+    cfg = compose_config(["variant=cot", f"results_dir={blocker}"])
+
+    def died(*args: object) -> None:
+        raise RuntimeError("engine died")
+
+    monkeypatch.setattr(jobs, "run_job", died)
+    assert jobs.run_one(cfg, keep_going=True) == jobs.FAILED
+    lost, failed = capsys.readouterr().err.splitlines()
+    assert lost.startswith(f"job {results.job_name(cfg)}: could not record its failure in ")
+    assert failed == f"job {results.job_name(cfg)} failed (RuntimeError: engine died)"
+
+
 @pytest.mark.parametrize("key", ["force", "results_dir", "sweep"])
 def test_unhashed_keys_exist_in_the_config(key):
     assert key in compose_config([])

@@ -82,6 +82,16 @@ def test_a_family_without_a_replay_says_so(tmp_path):
         speculators.get("ngram").replay_model(str(tmp_path))
 
 
+def test_suffix_decoding_without_its_package_names_the_make_target(monkeypatch):
+    monkeypatch.setattr(suffix, "installed", lambda: False)
+    with pytest.raises(ConfigError) as refused:
+        speculators.get("suffix").plan_check("target", None)
+    assert str(refused.value) == (
+        "variant.method=suffix: the arctic_inference package is not installed; "
+        "run `make install-suffix` (a C++ build)"
+    )
+
+
 def test_suffix_decoding_is_a_model_free_family_that_names_its_package():
     cfg = compose_config(["variant=cot_suffix", "spec.k=8"])
     validate(cfg)

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_reaper import engine_core_started
 
 from harness import provenance, results
 from reports import load, sentinel
@@ -47,6 +51,82 @@ def test_builds_must_be_a_list_of_override_lists(tmp_path):
     (tmp_path / "bad.yaml").write_text("experiment: tiny\nbuilds: true\nsweeps: [{name: a}]\n")
     with pytest.raises(config.StudyError, match=r"bad.yaml: builds=True \(a list of override"):
         config.load("bad", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "override", "line"),
+    [
+        ("tiny", "spec.k=abc", "error: spec.k=abc: expected an integer"),
+        ("smoke", "limit=0", "error: limit=0: must be > 0 or null"),  # seen once composed
+        ("smoke", "hydra.run.dir=elsewhere", "error: hydra.run.dir=elsewhere: Hydra's files go"),
+    ],
+)
+def test_a_bad_override_is_refused_before_any_step_runs(name, override, line, tmp_path):
+    run = cli.run("study", "--docs-dir", str(tmp_path / "docs"), name, override,
+                  f"results_dir={tmp_path / 'runs'}", cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 2 and run.stdout == "", run.stderr[-2000:]
+    assert run.stderr.strip().startswith(line) and len(run.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # no step ran: nothing built, nothing written
+
+
+# a step's command that takes a second to stop on SIGINT, and a study process running it
+SLOW_TO_STOP = """
+import signal, sys, time
+def stop(*_):
+    time.sleep(1)  # longer than subprocess.run's 0.25 s before it kills
+    print("step stopped", flush=True)
+    sys.exit(130)
+signal.signal(signal.SIGINT, stop)
+print("step started", flush=True)
+time.sleep(60)
+"""
+STUDY = f"""
+import sys
+from study.runner import Runner
+try:
+    Runner().execute([sys.executable, "-c", {SLOW_TO_STOP!r}])
+except KeyboardInterrupt:
+    print("study interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_lets_the_step_stop_before_the_study_goes_on():
+    proc = subprocess.Popen([sys.executable, "-c", STUDY], stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT, start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline() == "step started\n"
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: its whole process group
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert out.splitlines() == ["step stopped", "study interrupted"]
+
+
+@pytest.mark.slow  # starts an engine
+@pytest.mark.engine_processes
+def test_ctrl_c_during_a_study_is_the_harness_line_then_the_study_line(tiny_pair, tmp_path):
+    runs, err = tmp_path / "runs", tmp_path / "stderr"
+    command = [sys.executable, "-m", "study", "--docs-dir", str(tmp_path / "docs"), "smoke",
+               "allow_dirty=true", f"models.targets.cot={tiny_pair[0]}", f"results_dir={runs}"]  # fmt: skip
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT,
+                                start_new_session=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 300
+            while not engine_core_started(proc.pid):  # the sweep step's engine starts
+                assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+                time.sleep(0.1)
+            os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C
+            proc.wait(timeout=180)
+        finally:
+            proc.kill()
+    text = err.read_text()
+    assert proc.returncode == 130 and "Traceback" not in text, text[-3000:]
+    assert "interrupted: job cot-synth_easy-k0-c1-s0-t0-n2 stopped" in text  # the harness's
+    assert text.strip().splitlines()[-1] == (
+        f"interrupted: study smoke stopped; its finished runs are kept in {runs} "
+        "(running it again resumes)"
+    )
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -114,8 +194,7 @@ def made(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def study_copy(made, tmp_path) -> Path:
-    """A copy of :func:`made`'s study folder for a test to edit (at the same depth: its
-    REPORT.md links to docs/ relatively)."""
+    """A copy of :func:`made`'s study folder for a test to edit."""
     return Path(shutil.copytree(made, tmp_path / made.parent.name / made.name))
 
 
@@ -187,6 +266,29 @@ def test_a_study_folder_regenerates_and_check_names_a_changed_table(made, study_
     assert done.returncode == 1
     assert f"{out}/aggregates.csv: column accuracy, row 1" in done.stderr
     assert f"{out}/figures/: committed" in done.stderr and "extra.png" in done.stderr
+
+
+def test_check_passes_on_a_copy_anywhere_and_lists_every_difference(made, tmp_path):
+    copy = Path(shutil.copytree(made, tmp_path / "elsewhere" / "deeper" / "copy"))
+    assert folder.check(copy) == []  # its link to docs/METRICS.md points elsewhere from here
+    report = copy / folder.REPORT
+    lines = report.read_text().splitlines()
+    edited = [i for i, line in enumerate(lines) if line.startswith("|")][::3][:8]
+    for i in edited:
+        lines[i] += " edited"
+    report.write_text("\n".join(lines) + "\n")
+    shutil.rmtree(copy / folder.RAW / "smoke" / SD)
+    problems = folder.check(copy)
+    assert problems[:2] == [
+        f"raw/smoke/{SD}: missing (study.json lists it)",
+        "raw/: study.json records 2 runs, 1 are there",
+    ]
+    said = [p for p in problems if p.startswith(f"{folder.REPORT}: ")]
+    assert said[-1].startswith(f"{folder.REPORT}: and ") and said[-1].endswith(
+        " more differing lines"
+    )
+    assert f"line {edited[0] + 1}: {lines[edited[0]]!r} committed" in said[0]
+    assert len(said) == folder.SHOWN + 1
 
 
 def test_raw_runs_are_compacted_and_read_back_complete(made):

@@ -11,7 +11,9 @@ folder of files under their usual names; formats and names: docs/DATASETS.md.
 
 from __future__ import annotations
 
+import errno
 import json
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -63,10 +65,15 @@ def _rows(cfg: DatasetConfig) -> Iterator[tuple[int, dict[str, Any] | str]]:
     if cfg.path is None:
         return _from_hub(cfg)
     path = Path(cfg.path).expanduser()
-    if path.is_dir():
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        why = {errno.ENOENT: "no such file", errno.ELOOP: "a symlink loop"}.get(exc.errno)
+        raise DatasetError(f"dataset.path={cfg.path}: {why or exc.strerror}") from None
+    if stat.S_ISDIR(mode):
         raise DatasetError(f"dataset.path={cfg.path}: a directory; name one JSONL file")
-    if not path.is_file():
-        raise DatasetError(f"dataset.path={cfg.path}: no such file")
+    if not stat.S_ISREG(mode):
+        raise DatasetError(f"dataset.path={cfg.path}: not a regular file; name one JSONL file")
     return _read_jsonl(path)
 
 

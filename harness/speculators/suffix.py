@@ -32,8 +32,8 @@ class Suffix(Speculator):
     ) -> str | None:
         if not installed():
             raise ConfigError(
-                f"variant.method=suffix: the {PACKAGE} package is not installed "
-                "(docs/USAGE.md, 'Suffix decoding', says how to build it)"
+                f"variant.method=suffix: the {PACKAGE} package is not installed; "
+                "run `make install-suffix` (a C++ build)"
             )
         return f"{PACKAGE} is installed"
 

@@ -282,9 +282,11 @@ def run_one(
         raise
     except Exception as exc:
         name = results.job_name(cfg)
+        pointer = "; see failures.jsonl"
         try:
             results.append_failure(results.sweep_dir(cfg), name, results.config_hash(cfg), exc)
         except OSError as lost:
+            pointer = ""  # the line above says why it is not there
             print(
                 f"job {name}: could not record its failure in "
                 f"{results.sweep_dir(cfg) / results.FAILURES} ({lost})",
@@ -292,7 +294,5 @@ def run_one(
             )
         if not keep_going:
             raise
-        print(
-            f"job {name} failed ({type(exc).__name__}: {exc}); see failures.jsonl", file=sys.stderr
-        )
+        print(f"job {name} failed ({type(exc).__name__}: {exc}){pointer}", file=sys.stderr)
         return FAILED
