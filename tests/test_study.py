@@ -277,18 +277,17 @@ def test_check_passes_on_a_copy_anywhere_and_lists_every_difference(made, tmp_pa
     for i in edited:
         lines[i] += " edited"
     report.write_text("\n".join(lines) + "\n")
-    shutil.rmtree(copy / folder.RAW / "smoke" / SD)
-    problems = folder.check(copy)
-    assert problems[:2] == [
-        f"raw/smoke/{SD}: missing (study.json lists it)",
-        "raw/: study.json records 2 runs, 1 are there",
-    ]
-    said = [p for p in problems if p.startswith(f"{folder.REPORT}: ")]
+    said = [p for p in folder.check(copy) if p.startswith(f"{folder.REPORT}: ")]
     assert said[-1].startswith(f"{folder.REPORT}: and ") and said[-1].endswith(
         " more differing lines"
     )
     assert f"line {edited[0] + 1}: {lines[edited[0]]!r} committed" in said[0]
     assert len(said) == folder.SHOWN + 1
+    shutil.rmtree(copy / folder.RAW / "smoke" / SD)
+    assert folder.check(copy)[:2] == [
+        f"raw/smoke/{SD}: missing (study.json lists it)",
+        "raw/: study.json records 2 runs, 1 are there",
+    ]
 
 
 def test_raw_runs_are_compacted_and_read_back_complete(made):
