@@ -235,3 +235,23 @@ def test_only_the_backends_branch_on_the_backend():
     ]
     assert not found, found
     assert _backend_branches(ROOT / "harness" / "backends" / "__init__.py")  # it sees them
+
+
+def test_the_backend_names_are_the_backends_own():
+    from harness import backends
+    from harness.backends.offline import ENGINES
+    from harness.backends.server import STARTED
+
+    assert (ENGINES.name, STARTED.name) == backends.NAMES
+
+
+def test_the_watchdog_module_runs_without_being_imported_twice():
+    """``python -m harness.backends.reaper`` imports its package first: the package must not
+    import the watchdog (runpy's warning would reach every job's output)."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-W", "error::RuntimeWarning", "-m", "harness.backends.reaper",
+               "0", "no-such-token"]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]

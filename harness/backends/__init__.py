@@ -10,11 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from harness.backends.base import Backend
-from harness.backends.offline import ENGINES
-from harness.backends.server import AT_URL, STARTED
 from harness.errors import ConfigError
 
-NAMES = (ENGINES.name, STARTED.name)
+# the values of ``backend``: ``offline.ENGINES.name``, ``server.STARTED.name``
+NAMES = ("offline", "server")
 
 
 def of(cfg: Any) -> Backend:
@@ -24,6 +23,11 @@ def of(cfg: Any) -> Backend:
     Raises:
         ConfigError: an unknown ``backend``, naming the known ones.
     """
+    # imported here: ``python -m harness.backends.reaper`` (the watchdog) imports this package
+    # first, and must not find itself imported by it already
+    from harness.backends.offline import ENGINES
+    from harness.backends.server import AT_URL, STARTED
+
     if cfg.backend == ENGINES.name:
         return ENGINES
     if cfg.backend == STARTED.name:
