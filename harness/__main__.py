@@ -28,7 +28,8 @@ def main(cfg: DictConfig) -> str:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from harness.checks import exit_on_bad_input
+    from harness import results
+    from harness.checks import exit_on_bad_input, exit_on_unwritable
     from harness.errors import BackendError
     from harness.sweep.job import run_or_record_failure
 
@@ -43,15 +44,19 @@ def main(cfg: DictConfig) -> str:
         return "planned"
     hydra_dir = Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir
     try:
-        with exit_on_bad_input():
+        with exit_on_bad_input(), exit_on_unwritable(results.sweep_dir(cfg)):
             return run_or_record_failure(
                 cfg, hydra_dir, keep_going=hydra_cfg.mode == RunMode.MULTIRUN
             )
     except BackendError as exc:  # recorded in failures.jsonl; its cause is in the message
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+    except SystemExit:  # bad input, or a results folder that takes no more writes
+        from harness.backends import live
+
+        live.clear()  # the engines earlier jobs left running
+        raise
     except KeyboardInterrupt:
-        from harness import results
         from harness.backends import live
 
         print(
@@ -65,7 +70,7 @@ def main(cfg: DictConfig) -> str:
 
 if __name__ == "__main__":
     from harness import console, results
-    from harness.checks import exit_on_bad_input
+    from harness.checks import exit_on_bad_input, exit_on_unwritable
     from harness.config import (
         check_group_overrides,
         check_overrides,
@@ -83,7 +88,8 @@ if __name__ == "__main__":
             single = compose_config([a for a in sys.argv[1:] if not a.startswith(("-", "hydra"))])
             validate(single)  # before anything is written (the lock, Hydra's .hydra/)
             if not single.plan:
-                results.lock_sweep(results.sweep_dir(single))
+                with exit_on_unwritable(results.sweep_dir(single)):
+                    results.lock_sweep(results.sweep_dir(single))
     sys.argv = with_engine_override(sys.argv, cuda_visible())
     try:
         main()

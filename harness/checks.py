@@ -7,6 +7,7 @@ any engine starts.
 from __future__ import annotations
 
 import ast
+import errno
 import importlib.util
 import json
 import os
@@ -178,6 +179,35 @@ def vllm_max_spec_len() -> int:
         ]:
             return ast.literal_eval(node.value)
     raise RuntimeError(f"{source} no longer sets MAX_SPEC_LEN: update vllm_max_spec_len")
+
+
+# a folder that takes no more writes: a full disk, a full quota, a read-only mount, no permission
+UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+
+
+def unwritable(exc: BaseException | None) -> OSError | None:
+    """The OSError in ``exc``'s chain (itself, its causes and contexts) that says a folder
+    takes no more writes (:data:`UNWRITABLE`); None when there is none."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in UNWRITABLE:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@contextmanager
+def exit_on_unwritable(folder: Path) -> Iterator[None]:
+    """Turn an error of a folder taking no more writes (:func:`unwritable`) into ``error:
+    cannot write <its file, else folder> (<why>)`` on stderr and exit status 2: the user
+    frees space or fixes the folder, then runs again (finished jobs are kept)."""
+    try:
+        yield
+    except OSError as exc:
+        if (cause := unwritable(exc)) is None:
+            raise
+        where = cause.filename or folder
+        print(f"error: cannot write {where} ({os.strerror(cause.errno)})", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _bad_input(extra: tuple[type[Exception], ...]) -> tuple[type[Exception], ...]:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -316,6 +317,36 @@ def test_ctrl_c_during_engine_start_up_stops_the_harness_and_its_engine(tiny_ove
     assert "Traceback" not in err, err[-3000:]
     assert "interrupted: job cot-synth_easy-k0-c1-s0-t0-n3 stopped" in err
     assert all_gone(tree, 15) == []
+
+
+@pytest.fixture
+def nearly_full_disk(tmp_path) -> Iterator[Path]:
+    """A 1 MiB tmpfs with 24 KiB free: room for the lock and Hydra's files, not for a job's
+    results (root mounts it; elsewhere the test is skipped)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)  # fmt: skip
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        (disk / "filler").write_bytes(b"\0" * 1000 * 1024)
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [(), ("-m",)])
+def test_a_full_disk_is_one_line_naming_the_folder(mode, tiny_overrides, nearly_full_disk):
+    run = cli.run("harness", *mode, *tiny_overrides, "variant=cot",
+                  f"results_dir={nearly_full_disk}", "calibrate=false", timeout=900)  # fmt: skip
+    sweep = nearly_full_disk / "tiny"
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith(("error", "Error"))]
+    assert len(errors) == 1 and errors[0].startswith(f"error: cannot write {sweep}"), errors
+    assert errors[0].endswith("(No space left on device)")
+    assert "failures.jsonl" not in run.stderr  # not pointed to: it cannot be written either
 
 
 @pytest.mark.slow

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -229,6 +231,25 @@ def test_a_failure_that_could_not_be_recorded_is_not_pointed_to(tmp_path, monkey
     lost, failed = capsys.readouterr().err.splitlines()
     assert lost.startswith(f"job {results.job_name(cfg)}: could not record its failure in ")
     assert failed == f"job {results.job_name(cfg)} failed (RuntimeError: engine died)"
+
+
+def test_a_full_disk_stops_a_multirun_at_its_job_without_a_failure_line(
+    tmp_path, monkeypatch, capsys
+):
+    from harness.sweep import job as jobs
+
+    cfg = compose_config(["variant=cot", f"results_dir={tmp_path}"])
+
+    def disk_full(*args: object) -> None:
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:  # as run_job wraps a failed write
+            raise OSError(f"could not write the results ({exc})") from None
+
+    monkeypatch.setattr(jobs, "run_job", disk_full)
+    with pytest.raises(OSError, match="could not write the results"):
+        jobs.run_one(cfg, keep_going=True)
+    assert capsys.readouterr().err == "" and not (tmp_path / "tiny").exists()
 
 
 @pytest.mark.parametrize("key", ["force", "results_dir", "sweep"])

@@ -15,6 +15,7 @@ from typing import Any
 from harness import metrics, provenance, results, tracking
 from harness.backends import live, server
 from harness.backends.engine import OFFLINE
+from harness.checks import unwritable
 from harness.config import ConfigError
 from harness.data.datasets import DatasetError
 from harness.files import key_digest
@@ -320,6 +321,8 @@ def run_one(
     except (ConfigError, DatasetError):
         raise
     except Exception as exc:
+        if unwritable(exc):  # nor would failures.jsonl or the next job's results be written
+            raise
         name = results.job_name(cfg)
         pointer = "; see failures.jsonl"
         try:

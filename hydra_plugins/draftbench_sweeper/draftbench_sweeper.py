@@ -32,7 +32,7 @@ class DraftbenchSweeper(BasicSweeper):
         self, overrides: list[Override], max_batch_size: int | None
     ) -> list[list[list[str]]]:
         from harness import results
-        from harness.checks import exit_on_bad_input
+        from harness.checks import exit_on_bad_input, exit_on_unwritable
         from harness.sweep.runner import prepare
         from harness.sweep.sweeper import plan
 
@@ -49,7 +49,8 @@ class DraftbenchSweeper(BasicSweeper):
                 show(planned, configs)
                 return []
             for job in planned.jobs:  # one sweep per results directory at a time
-                results.lock_sweep(results.sweep_dir(configs[tuple(job)]))
+                with exit_on_unwritable(results.sweep_dir(configs[tuple(job)])):
+                    results.lock_sweep(results.sweep_dir(configs[tuple(job)]))
             for job in planned.jobs:
                 cfg = configs[tuple(job)]
                 done = results.sweep_dir(cfg) / results.job_name(cfg)
@@ -60,9 +61,14 @@ class DraftbenchSweeper(BasicSweeper):
         return list(BasicSweeper.split_overrides_to_chunks(planned.jobs, max_batch_size))
 
     def sweep(self, arguments: list[str]) -> Any:
+        from pathlib import Path
+
+        from harness.checks import exit_on_unwritable
         from harness.sweep.job import FAILED
 
-        returns = super().sweep(arguments)
+        assert self.config is not None
+        with exit_on_unwritable(Path(self.config.hydra.sweep.dir)):  # a full disk: one line
+            returns = super().sweep(arguments)
         statuses = [r.return_value for batch in returns for r in batch]
         failed = statuses.count(FAILED)
         if failed:
