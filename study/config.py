@@ -185,8 +185,8 @@ def check_sweeps(study: Study, extra: list[str], results_dir: Path) -> None:
             o.input_line for o in given if not (o.is_sweep_override() or o.is_hydra_override())
         ]
         grid = compose_config(fixed, return_hydra_config=True).hydra.sweeper.params or {}
-        named = {o.key_or_group for o in given}
-        params = parser.parse_overrides([f"{k}={v}" for k, v in grid.items() if k not in named])
+        params = parser.parse_overrides([f"{k}={v}" for k, v in grid.items()])
+        # the experiment's grid, each key the command line names replaced (Hydra's order)
         (jobs,) = BasicSweeper.split_arguments([*params, *given], None)
         plan([(job, compose_config([o for o in job if not o.startswith("hydra")])) for job in jobs])
 
