@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_cli_faults import _wait_for, start_harness
 from test_reaper import all_gone
+from vllm import SamplingParams
 
 from harness import results
 from harness.backends import arrivals, live, server
@@ -97,6 +98,30 @@ def test_an_interleaved_server_job_pairs_each_request_with_the_plain_targets_ser
     rated = compose_config([*overrides, "backend=server", "pairing=interleaved",
                             "request_rate=8", "concurrency=2"])  # fmt: skip
     assert run_job(rated, progress=False).job.pairing == "sequential"  # open loop runs alone
+
+
+def test_a_paused_server_spends_nothing_answers_once_resumed_and_stops(overrides, tmp_path):
+    """A side of a pair out of its window is paused: every process of its session stopped."""
+    cfg = compose_config([*overrides, "backend=server"])
+    theirs = server.start(EngineSpec.from_config(cfg), tmp_path / "paused.log", 600)
+    try:
+        processes = [psutil.Process(pid) for pid, _ in server.reaper.session(theirs.process.pid)]
+        assert len(processes) >= 3  # the API server, the engine core, the worker
+        theirs.pause()
+        assert {p.status() for p in processes} == {psutil.STATUS_STOPPED}
+        before = sum(sum(p.cpu_times()[:2]) for p in processes)
+        time.sleep(1.0)
+        assert sum(sum(p.cpu_times()[:2]) for p in processes) == before
+        theirs.resume()
+        assert psutil.STATUS_STOPPED not in {p.status() for p in processes}
+        answered = []
+        params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        theirs.generate([[5, 6, 7]], params, arrivals.Load(1), lambda i, c: answered.append(c))
+        assert len(answered[0].token_ids) == 4
+        theirs.pause()
+    finally:
+        server.stop(theirs)  # paused: it is continued, then stopped
+    assert all_gone([p.pid for p in processes], 30) == []
 
 
 def test_an_offline_job_after_a_server_job_leaves_no_server(overrides):

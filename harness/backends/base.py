@@ -33,6 +33,13 @@ class Generator(Protocol):
     def spec_counts(self) -> metrics.SpecCounts | None:
         """The engine's global speculative-decoding counters (None without speculation)."""
 
+    def pause(self) -> None:
+        """Spend no CPU until :meth:`resume` (a side of a pair out of its window); a no-op
+        where the harness does not own the processes."""
+
+    def resume(self) -> None:
+        """Run again after :meth:`pause` (a no-op when not paused)."""
+
 
 class Backend(ABC):
     """A kind of backend: its config rules, its part of a job's name, how ``plan=true``

@@ -125,6 +125,12 @@ class Offline:
         """vLLM's counters from ``LLM.get_metrics()``."""
         return metrics.counts_from_snapshot(self.llm.get_metrics())
 
+    def pause(self) -> None:
+        """Nothing: an offline pair alternates as docs/PAIRING.md measured it."""
+
+    def resume(self) -> None:
+        """Nothing (see :meth:`pause`)."""
+
 
 class Engines(Backend):
     """``backend=offline``: ``vllm.LLM`` engines started here, kept in the live cache."""

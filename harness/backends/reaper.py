@@ -102,6 +102,7 @@ def reap(processes: Iterable[tuple[int, float]], grace_s: float = GRACE_S) -> No
                 alive |= {p.pid: p for p in (proc, *proc.children(recursive=True))}
     for proc in alive.values():
         with contextlib.suppress(psutil.NoSuchProcess):
+            proc.resume()  # a stopped process (a paused server) holds SIGTERM until continued
             proc.terminate()
     _, survivors = psutil.wait_procs(alive.values(), timeout=grace_s)
     for proc in survivors:

@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ HOST = "127.0.0.1"
 POLL_S = 0.5
 STOP_S = 30.0  # a server's grace to shut down after SIGTERM
 EXIT_GRACE_S = 2.0  # how long a failed request waits to see whether its server exited
+PAUSE_S = 2.0  # how long a pause waits for its SIGSTOPs to land
 LOG_LINES = 200  # the lines of a server's log searched for the cause of its exit
 
 
@@ -144,6 +145,7 @@ class Server:
     watchdog: subprocess.Popen | None = None
     log: Path | None = None
     log_start: int = 0  # the log's size when this server started
+    _paused: list[Any] = field(default_factory=list, repr=False)  # psutil processes stopped
 
     def generate(
         self,
@@ -274,6 +276,22 @@ class Server:
         """The server's speculative-decoding counters (its Prometheus ``/metrics``, read by
         ``vllm bench serve``'s reader); None when it reports none."""
         return _run(self._spec_counts())
+
+    def pause(self) -> None:
+        """SIGSTOP a started server's processes (its worker would spin a core for a second
+        after its last request: docs/results/server-idle-cpu); a server at a URL runs on."""
+        if self.process is None or self._paused:
+            return
+        self._paused = [p for p in _processes(self.process.pid) if _signal(p, "suspend")]
+        deadline = time.monotonic() + PAUSE_S  # SIGSTOP lands when the kernel next runs it
+        while time.monotonic() < deadline and not all(map(_stopped, self._paused)):
+            time.sleep(0.005)
+
+    def resume(self) -> None:
+        """SIGCONT what :meth:`pause` stopped."""
+        for process in self._paused:
+            _signal(process, "resume")
+        self._paused = []
 
     async def _spec_counts(self) -> metrics.SpecCounts | None:
         import aiohttp
@@ -416,11 +434,46 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
     return server
 
 
+def _processes(sid: int) -> list[Any]:
+    """The live processes of a started server's session, as psutil processes."""
+    import psutil
+
+    out = []
+    for pid, start in reaper.session(sid):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process = psutil.Process(pid)
+            if process.create_time() == start:
+                out.append(process)
+    return out
+
+
+def _stopped(process: Any) -> bool:
+    """Whether a process is stopped (or gone)."""
+    import psutil
+
+    try:
+        return process.status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _signal(process: Any, action: str) -> bool:
+    """``process.suspend()`` or ``.resume()``; False when it is gone."""
+    import psutil
+
+    try:
+        getattr(process, action)()
+    except psutil.NoSuchProcess:
+        return False
+    return True
+
+
 def stop(server: Server) -> None:
     """Stop a started server and everything in its session (its engine's processes, also
     after the server died); a server reached by URL stays."""
     if server.process is None:
         return
+    server.resume()  # a stopped process would hold its SIGTERM until continued
     children = reaper.session(server.process.pid)
     server.process.terminate()
     try:

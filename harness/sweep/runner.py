@@ -292,7 +292,8 @@ def interleave(
     on_settle: Callable[[str, Completion], None] | None = None,
 ) -> dict[str, float]:
     """Run every request of ``job`` on both sides (``backends`` by side), wave by wave in
-    :func:`harness.measure.pairing.schedule`'s order; returns each side's generation seconds.
+    :func:`harness.measure.pairing.schedule`'s order, the side out of its window paused
+    (a started server's processes stopped); returns each side's generation seconds.
 
     ``settle``: one unrecorded short request on the backend switched to before its wave,
     its completion passed to ``on_settle(side, completion)``.
@@ -302,20 +303,30 @@ def interleave(
     seconds = dict.fromkeys(backends, 0.0)
     done = on_settle or (lambda side, completion: None)
     load, last = Load(job.info.concurrency), None
-    for side, ids in pairing.schedule(len(prompts), job.info.concurrency, pattern):
-        if settle and last is not None and side != last:
+    try:
+        for side, ids in pairing.schedule(len(prompts), job.info.concurrency, pattern):
+            if side != last:  # the other side spends nothing in this side's window
+                for other in backends.keys() - {side}:
+                    backends[other].pause()
+                backends[side].resume()
+            if settle and last is not None and side != last:
+                backends[side].generate(
+                    [prompts[ids[0]]], short, Load(1), lambda i, out, s=side: done(s, out)
+                )
+            last = side
+            tic = time.perf_counter()
             backends[side].generate(
-                [prompts[ids[0]]], short, Load(1), lambda i, out, s=side: done(s, out)
+                [prompts[i] for i in ids],
+                params,
+                load,
+                lambda index, completion, ids=ids, side=side: on_output[side](
+                    ids[index], completion
+                ),
             )
-        last = side
-        tic = time.perf_counter()
-        backends[side].generate(
-            [prompts[i] for i in ids],
-            params,
-            load,
-            lambda index, completion, ids=ids, side=side: on_output[side](ids[index], completion),
-        )
-        seconds[side] += time.perf_counter() - tic
+            seconds[side] += time.perf_counter() - tic
+    finally:
+        for backend in backends.values():
+            backend.resume()
     return seconds
 
 
