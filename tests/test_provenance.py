@@ -190,7 +190,7 @@ def test_runs_that_all_predate_the_isa_get_no_isa_column(tmp_path):
 
 
 def test_a_study_names_its_vector_isa_and_memory_where_recorded():
-    from reports.study import preface
+    from reports.study import made
 
     def machine_line(hardware: dict) -> str:
         study = {
@@ -200,7 +200,7 @@ def test_a_study_names_its_vector_isa_and_memory_where_recorded():
             "raw": {"runs": 0, "bytes": 0, "largest_bytes": 0, "compaction": "none"},
             "sentinel": {"reruns": [], "rerun_flagged": 0},
         }  # fmt: skip
-        return next(line for line in preface(study) if line.startswith("Made by"))
+        return next(line for line in made(study) if line.startswith("Made by"))
 
     assert "on Some CPU (AVX512, 2 cores, 15.5 GiB memory, no GPU)" in machine_line(
         {"cpu_isa": "AVX512", "memory_gib": 15.5}
