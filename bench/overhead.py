@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -82,10 +81,14 @@ def measure_overhead(args: argparse.Namespace, results_dir: Path) -> list[float]
 
 def sweep_launches(args: argparse.Namespace, results_dir: Path) -> tuple[int, int, int]:
     """(engine launches, engine specs, jobs) of the 3-dataset x 3-K multirun."""
+    from harness import results
+
     command = [sys.executable, "-m", "harness", "-m", *SWEEP, *overrides(args, results_dir)]
     command += ["limit=2", "max_tokens=16"]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    summaries = [json.loads(p.read_text()) for p in results_dir.glob("*/*/summary.json")]
+    summaries = [
+        results.complete_summary(p.parent) for p in results_dir.glob(f"*/*/{results.SUMMARY}")
+    ]
     specs = {(s["target"], s["draft"], s["k"]) for s in summaries}
     return max(s["engine_launches"] for s in summaries), len(specs), len(summaries)
 

@@ -3,8 +3,9 @@
 ``<results_dir>/<sweep>/<job>/`` holds ``requests.parquet``, ``summary.json`` (marked
 complete, with the sha256 of ``requests.parquet``) and ``.hydra/``, written in a hidden
 temp directory and renamed into place, so a killed job leaves nothing behind.
-:func:`complete_summary` is the one reader of "is this run complete" (the harness's skip
-by run key, the report); failed jobs are appended to ``<sweep>/failures.jsonl``.
+:func:`complete_summary` is the one reader of "is this run complete" (the report, and
+:func:`changed_parts`, what the job and the sweeper ask through
+``harness.sweep.job.check``); failed jobs are appended to ``<sweep>/failures.jsonl``.
 """
 
 from __future__ import annotations
@@ -191,12 +192,6 @@ def changed_parts(job_dir: Path, run_key: dict[str, str]) -> list[str] | None:
     if isinstance(summary.get("config"), dict) and "config" in stored:
         stored["config"] = config_digest(summary["config"])
     return [p for p in {**stored, **run_key} if stored.get(p) != run_key.get(p)]
-
-
-def is_complete(job_dir: Path, config_hash: str) -> bool:
-    """True when the job's complete results were computed from the same config."""
-    summary = read_summary(job_dir)
-    return summary is not None and summary.get("config_hash") == config_hash
 
 
 def write_job(

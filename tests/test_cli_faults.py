@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_reaper import all_gone, engine_core_started
 
@@ -192,6 +194,39 @@ def test_a_model_directory_without_weights_is_one_line_before_any_engine(
     key = "models.targets.cot" if role == "target" else "models.drafts.cot"
     run = _harness(*tiny_overrides, "variant=cot_sd", "spec.k=2", f"{key}={model}")
     assert _one_error(run).startswith(f"error: {key}={model}: no model weights (*.safetensors")
+
+
+@pytest.mark.slow  # builds a second tiny pair
+def test_a_done_run_whose_draft_was_rebuilt_is_checked_before_the_first_job(
+    tiny_overrides, tiny_pair, tmp_path
+):
+    """A stored complete run of the same config is done only while its models are the same:
+    its draft rebuilt (another seed, so another tokenizer), the sweep refuses it before
+    the first job (cot at K = 0) starts an engine, not when its own turn comes."""
+    from harness.config import compose_config
+    from harness.sweep.job import check_sweep, models_used, run_key
+    from harness.sweep.runner import prepare
+    from train.tiny import build_random_pair
+
+    draft = shutil.copytree(tiny_pair[1], tmp_path / "draft")
+    overrides = [*tiny_overrides, f"models.drafts.cot={draft}", "dataset=synth_easy"]
+    cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1"])
+    job = prepare(cfg)
+    job_dir = results.sweep_dir(cfg) / results.job_name(cfg)
+    job_dir.mkdir(parents=True)
+    pq.write_table(pa.table({"problem_id": pa.array([], pa.string())}), job_dir / results.REQUESTS)
+    stored = {"complete": True, "num_requests": 0, "config": results.resolved_config(cfg),
+              "config_hash": results.config_hash(cfg),
+              "run_key": run_key(cfg, job, models_used(cfg, job))}  # fmt: skip
+    (job_dir / results.SUMMARY).write_text(json.dumps(stored))
+    assert check_sweep([cfg]) == (
+        "sweep: 1 of 1 runs are done and still valid (same run key): skipped"
+    )
+    shutil.rmtree(draft)
+    shutil.copytree(build_random_pair(tmp_path / "seed1", seed=1)[1], draft)
+    run = _harness("-m", *overrides, "variant=cot,cot_sd", "spec.k=0,1")
+    assert _one_error(run).startswith(f"error: draft={draft}: its tokenizer differs from target")
+    assert sorted(p.name for p in results.sweep_dir(cfg).iterdir()) == [".lock", job_dir.name]
 
 
 def _check_dataset(path: Path) -> subprocess.CompletedProcess:

@@ -101,13 +101,14 @@ def test_config_hash_ignores_where_results_go_force_and_the_slo_but_not_the_job(
     assert results.config_hash(compose_config(["max_tokens=7"])) != base
 
 
-def test_written_job_is_complete_only_for_its_config_hash(tmp_path):
+def test_written_job_is_done_only_for_its_run_key(tmp_path):
     job_dir = tmp_path / "s" / "job"
     job = _job()
-    summary = dataclasses.replace(_summary(job, "abc"), num_requests=2)
+    summary = _summary(job, "abc")
+    summary = dataclasses.replace(summary, num_requests=2, run_key={"problems": "p"})
     results.write_job(job_dir, [_record(job), _record(job, "p2")], summary)
-    assert results.is_complete(job_dir, "abc")
-    assert not results.is_complete(job_dir, "other")
+    assert results.changed_parts(job_dir, {"problems": "p"}) == []
+    assert results.changed_parts(job_dir, {"problems": "q"}) == ["problems"]
     table = pq.read_table(job_dir / results.REQUESTS)
     assert table.column_names == COLUMNS and table.num_rows == 2
     stored = json.loads((job_dir / results.SUMMARY).read_text())
@@ -119,7 +120,7 @@ def test_rewriting_a_job_replaces_it_and_leaves_no_temp_dirs(tmp_path):
     job_dir, job = tmp_path / "s" / "job", _job()
     results.write_job(job_dir, [_record(job)], _summary(job, "one"))
     results.write_job(job_dir, [_record(job)], _summary(job, "two"))
-    assert results.is_complete(job_dir, "two")
+    assert results.complete_summary(job_dir)["config_hash"] == "two"
     assert [p.name for p in (tmp_path / "s").iterdir()] == ["job"]
 
 
@@ -158,9 +159,9 @@ def test_a_result_that_does_not_read_back_is_not_complete(tmp_path, damage):
     job_dir, job = tmp_path / "s" / "job", _job()
     summary = dataclasses.replace(_summary(job, "abc"), num_requests=2)
     results.write_job(job_dir, [_record(job), _record(job, "p2")], summary)
-    assert results.is_complete(job_dir, "abc")
+    assert results.read_summary(job_dir) is not None
     damage(job_dir)
-    assert results.read_summary(job_dir) is None and not results.is_complete(job_dir, "abc")
+    assert results.read_summary(job_dir) is None
 
 
 def test_a_summary_without_a_digest_is_complete_when_its_table_reads_back(tmp_path):
@@ -168,7 +169,7 @@ def test_a_summary_without_a_digest_is_complete_when_its_table_reads_back(tmp_pa
     summary = dataclasses.replace(_summary(job, "abc"), num_requests=2)
     results.write_job(job_dir, [_record(job), _record(job, "p2")], summary)
     _drop_digest(job_dir)
-    assert results.is_complete(job_dir, "abc")
+    assert results.complete_summary(job_dir)["config_hash"] == "abc"
     with pytest.raises(results.IncompleteRun, match=r"partial: no summary\.json"):
         results.complete_summary(tmp_path / "s" / "absent")
 

@@ -1,4 +1,5 @@
-"""One job end to end: skip if complete, prepare, engine, run, summarise, save.
+"""One job end to end: prepare, skip if done (the one rule, :func:`check`), engine, run,
+summarise, save.
 
 Compute (``runner``, which also reads the engine's counters around the job's requests:
 the engine is reused across the jobs of a multirun), summarise (here) and save
@@ -8,6 +9,7 @@ the engine is reused across the jobs of a multirun), summarise (here) and save
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -222,8 +224,53 @@ def measure(cfg: Any, job: PreparedJob, progress: bool = True) -> Outcome:
     return combine(job, [_instance(cfg, part, progress, i) for i, part in enumerate(parts)])
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A run past its pre-check (:func:`check`): the prepared job, its models' identities, its
+    run key, and what changed since its stored run: ``[]`` when it is done and still valid,
+    the parts of the run key that differ, None when no complete run is stored (or ``force``)."""
+
+    job: PreparedJob
+    models: dict[str, dict[str, Any]]
+    key: dict[str, str]
+    changed: list[str] | None
+
+
+def check(cfg: Any) -> Checked:
+    """The pre-check of one run (:func:`harness.sweep.runner.prepare`) and the one rule for
+    "done": a complete stored run with the same run key (:func:`run_key`: config hash,
+    models' identities, problems, ...). Asked by the job and, before the first job, by the
+    sweeper (:func:`check_sweep`).
+
+    Raises:
+        ConfigError, DatasetError: bad input.
+    """
+    job = prepare(cfg)
+    models = models_used(cfg, job)
+    key = run_key(cfg, job, models)
+    job_dir = results.sweep_dir(cfg) / results.job_name(cfg)
+    changed = None if cfg.force else results.changed_parts(job_dir, key)
+    return Checked(job, models, key, changed)
+
+
+def check_sweep(cfgs: Sequence[Any]) -> str | None:
+    """:func:`check` every run of a sweep's jobs (each repeat) before the first one starts, so
+    bad input is found before any engine, whatever changed since a run was stored; one line
+    on the runs that are done and still valid, None when none is.
+
+    Raises:
+        ConfigError, DatasetError: bad input, naming the value.
+    """
+    runs = [c for cfg in cfgs for c in repeat_configs(cfg)]
+    done = sum(check(c).changed == [] for c in runs)
+    if not done:
+        return None
+    return f"sweep: {done} of {len(runs)} runs are done and still valid (same run key): skipped"
+
+
 def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> RunSummary | None:
-    """Run one composed job config and save its results; None when skipped as complete.
+    """Run one composed job config and save its results; None when skipped as done
+    (:func:`check`).
 
     Raises:
         ConfigError, DatasetError: bad input, before any engine starts.
@@ -231,10 +278,8 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
     """
     name = results.job_name(cfg)
     job_dir = results.sweep_dir(cfg) / name
-    job = prepare(cfg)
-    models = models_used(cfg, job)
-    key = run_key(cfg, job, models)
-    changed = None if cfg.force else results.changed_parts(job_dir, key)
+    checked = check(cfg)
+    job, changed = checked.job, checked.changed
     if changed == []:
         print(f"skip {name}: complete results with the same run key exist")
         return None
@@ -243,7 +288,7 @@ def run_job(cfg: Any, hydra_dir: Path | None = None, progress: bool = True) -> R
     elif changed is None and not cfg.force and (job_dir / results.SUMMARY).exists():
         print(f"re-running {name}: its stored results are incomplete or do not read back")
     outcome = measure(cfg, job, progress)
-    summary = summarize(cfg, job, outcome, models, key)
+    summary = summarize(cfg, job, outcome, checked.models, checked.key)
     try:
         results.write_job(job_dir, outcome.records, summary, hydra_dir)
     except OSError as exc:

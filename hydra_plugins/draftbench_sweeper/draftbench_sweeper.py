@@ -3,9 +3,9 @@
 Hydra only instantiates plugins that live in the ``hydra_plugins`` namespace package;
 the planning logic is :func:`harness.sweep.sweeper.plan`. Selected by
 ``conf/hydra/sweeper/draftbench.yaml``. Every kept job is checked (models, tokenizers,
-prompt lengths) before the first one starts; bad input prints ``error: <message>`` and
-exits with status 2. With ``plan=true`` the plan is printed (``harness.sweep.plan``) and no job
-runs. When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
+prompt lengths), done or not, before the first one starts (``harness.sweep.job.check_sweep``,
+the job's own rule for done); bad input prints ``error: <message>`` and exits with status 2.
+With ``plan=true`` the plan is printed (``harness.sweep.plan``) and no job runs. When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class DraftbenchSweeper(BasicSweeper):
     ) -> list[list[list[str]]]:
         from harness import results
         from harness.checks import exit_on_bad_input, exit_on_unwritable
-        from harness.sweep.runner import prepare
+        from harness.sweep.job import check_sweep
         from harness.sweep.sweeper import plan
 
         (grid,) = BasicSweeper.split_arguments(overrides, None)
@@ -51,11 +51,9 @@ class DraftbenchSweeper(BasicSweeper):
             for job in planned.jobs:  # one sweep per results directory at a time
                 with exit_on_unwritable(results.sweep_dir(configs[tuple(job)])):
                     results.lock_sweep(results.sweep_dir(configs[tuple(job)]))
-            for job in planned.jobs:
-                cfg = configs[tuple(job)]
-                done = results.sweep_dir(cfg) / results.job_name(cfg)
-                if cfg.force or not results.is_complete(done, results.config_hash(cfg)):
-                    prepare(cfg)
+            done = check_sweep([configs[tuple(job)] for job in planned.jobs])
+            if done:
+                print(done)
         if not planned.jobs:
             return []
         return list(BasicSweeper.split_overrides_to_chunks(planned.jobs, max_batch_size))
