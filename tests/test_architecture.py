@@ -236,3 +236,26 @@ def test_only_the_backends_branch_on_the_backend():
     ]
     assert not found, found
     assert _backend_branches(ROOT / "harness" / "backends" / "__init__.py")  # it sees them
+
+
+def test_one_module_expands_the_sweep_grid():
+    """The jobs a multirun's overrides give are ``harness.grid``'s: no other module calls
+    Hydra's ``split_arguments`` (the sweeper's own override of it aside)."""
+
+    def calls(path: Path) -> list[int]:
+        tree = ast.parse(path.read_text(), str(path))
+        return [
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "split_arguments"
+        ]
+
+    modules = _modules()
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in modules.items()
+        if name != "harness.grid"
+        for line in calls(path)
+    ]
+    assert not found, found
+    assert calls(modules["harness.grid"])  # it sees them

@@ -192,6 +192,23 @@ def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):
     }
 
 
+def test_the_reader_skips_a_stale_schedules_file_and_an_unreadable_one(tmp_path):
+    def written(ranges, **identity):
+        schedule = {"num_speculative_tokens_per_batch_size": ranges}
+        return {"target": "t", "draft": "ngram", "k": 2, "measurements": {},
+                "identity": {"llm_kwargs": {"speculative_config": schedule}, **identity}}  # fmt: skip
+
+    stale = record.save(tmp_path / "stale.json", written([[1, 4, 2], [5, 32, 0]]))
+    timed = written([[1, 4, 2], [5, 32, 0]], k0_levels=record.K0_LEVELS)
+    one_k = written([[1, 4, 2], [5, 32, 1]])  # no K = 0 level: never stale
+    assert record.load(stale) is None
+    assert record.load(record.save(tmp_path / "timed.json", timed)) == timed
+    assert record.load(record.save(tmp_path / "one_k.json", one_k)) == one_k
+    (tmp_path / "torn.json").write_text('{"target": ')
+    assert record.load(tmp_path / "torn.json") is None
+    assert record.load(tmp_path / "missing.json") is None
+
+
 def test_a_speculator_run_at_several_concurrencies_is_also_calibrated_with_speculation_off():
     def cfg(variant, *overrides):
         return compose_config([f"variant={variant}", *overrides])
