@@ -1,5 +1,4 @@
-"""Calibrating a sweep's engines: the measured time of one target token and of one verify
-step per engine spec, in the sweep's calibration files (``harness.calibration``).
+"""Calibration: the measured time of one target token and of one verify step per engine spec.
 
     python -m harness.sweep.calibrate                     # the experiment's sweep grid
     python -m harness.sweep.calibrate variant=cot_sd,cod_sd spec.k=0,1,3,5 concurrency=1,4
@@ -18,7 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import speculators
+from harness import grid, speculators
 from harness.calibration.record import (
     CALIBRATION,
     Entry,
@@ -155,7 +154,6 @@ def on_live_engine(cfg: Any, spec: Any, llm: Any, baseline: Any = None) -> None:
 def planned_jobs(overrides: list[str]) -> list[tuple[Any, PreparedJob]]:
     """The composed configs of the jobs ``python -m harness -m <overrides>`` would run, each
     with its job as the harness prepares it before any engine starts (``runner.prepare``)."""
-    from harness import grid
     from harness.config import check_group_overrides, check_overrides, compose_config
     from harness.sweep.runner import prepare
     from harness.sweep.sweeper import plan
