@@ -72,6 +72,7 @@ def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
     """One row per draft and K: acceptance, E, costs and the predicted TPOT speedup."""
     from harness import results
     from harness.backends import engine
+    from harness.calibration import record
     from harness.config import ConfigError
     from harness.measure import preflight
     from harness.sweep import calibrate
@@ -82,7 +83,7 @@ def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
         raise ConfigError(f"{run_dir}: not a complete K = 0 run")
     concurrency = str(summary["config"]["concurrency"])
     t_target = mean_tpot_s(run_dir)
-    out_dir = run_dir.parent / calibrate.CALIBRATION
+    out_dir = run_dir.parent / record.CALIBRATION
     rows = []
     try:
         for draft in drafts:
@@ -94,8 +95,9 @@ def compare(run_dir: Path, drafts: list[str], ks: list[int]) -> list[dict]:
             for entry, concurrencies in calibrate.entries(cfgs).items():
                 if entry.k == 0 and entry.draft:  # speculation off: no K schedule here
                     continue
-                record = calibrate.read(calibrate.calibrate(entry, concurrencies, out_dir, False))
-                per_unit[entry.target, entry.k] = record["measurements"][concurrency]["per_unit_s"]
+                path = calibrate.calibrate(entry, concurrencies, out_dir, False)
+                measured = record.load(path)["measurements"][concurrency]
+                per_unit[entry.target, entry.k] = measured["per_unit_s"]
             target = summary["target"]
             t_draft, t_plain = per_unit.get((draft, 0), float("nan")), per_unit[target, 0]
             about = describe(draft)

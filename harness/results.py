@@ -96,19 +96,15 @@ def sweep_dirs(overrides: Sequence[str]) -> list[Path]:
     Only :data:`LOCATION_KEYS` count (a list of values gives one directory per value);
     every other override is ignored.
     """
-    import itertools
-
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    from harness import grid
     from harness.config import check_group_overrides, compose_config
 
-    choices = []
-    for o in OverridesParser.create().parse_overrides([o for o in overrides if "=" in o]):
-        if o.key_or_group in LOCATION_KEYS and not o.is_delete():
-            values = o.sweep_iterator() if o.is_discrete_sweep() else [o.value()]
-            choices.append([f"{o.key_or_group}={v}" for v in values])
-    check_group_overrides([item for values in choices for item in values])
-    dirs = [sweep_dir(compose_config(list(c))) for c in itertools.product(*choices)]
+    parsed = OverridesParser.create().parse_overrides([o for o in overrides if "=" in o])
+    jobs = grid.expand([o for o in parsed if o.key_or_group in LOCATION_KEYS and not o.is_delete()])
+    check_group_overrides([item for job in jobs for item in job])
+    dirs = [sweep_dir(compose_config(job)) for job in jobs]
     return list(dict.fromkeys(dirs))
 
 

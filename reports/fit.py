@@ -36,9 +36,9 @@ WITHIN = 0.10  # the model check: |measured / predicted - 1| <= WITHIN
 def calibration(runs: pd.DataFrame) -> pd.DataFrame:
     """The calibration files of the runs' sweeps: sweep_id, target, draft, k, k_schedule,
     concurrency, per_unit_s (s per token at K = 0, per verify step at K > 0),
-    undrafted_step_s, baseline_per_unit_s (``harness.sweep.calibrate.table``). A K = 0 row with a
+    undrafted_step_s, baseline_per_unit_s (``harness.calibration.record.table``). A K = 0 row with a
     draft is its speculator with speculation off."""
-    from harness.sweep import calibrate
+    from harness.calibration import record
 
     cols = ["sweep_id", "target", "draft", "k", "k_schedule", "concurrency", "per_unit_s",
             "undrafted_step_s", "baseline_per_unit_s"]  # fmt: skip
@@ -46,7 +46,7 @@ def calibration(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     sweeps = runs.groupby("sweep_id")["path"].first()
     rows = [{"sweep_id": sweep, **row} for sweep, path in sweeps.items()
-            for row in calibrate.table(Path(path).parent)]  # fmt: skip
+            for row in record.table(Path(path).parent)]  # fmt: skip
     cal = pd.DataFrame(rows, columns=cols).astype(
         {"per_unit_s": float, "undrafted_step_s": float, "baseline_per_unit_s": float}
     )
@@ -63,7 +63,7 @@ def verify_steps(cal: pd.DataFrame) -> pd.DataFrame:
     engine = ["sweep_id", "target", "draft", "k", "k_schedule"]
     lower = spec.groupby(engine)["per_unit_s"].ffill()
     off = (spec["k_schedule"] != load.FIXED_K) & spec["per_unit_s"].isna()
-    off &= spec["undrafted_step_s"].notna()  # timed per token (calibrate.without_drafts)
+    off &= spec["undrafted_step_s"].notna()  # timed per token (timing.without_drafts)
     return spec.assign(per_unit_s=spec["per_unit_s"].mask(off, lower).astype(float))
 
 

@@ -169,25 +169,15 @@ def check_sweeps(study: Study, extra: list[str], results_dir: Path) -> None:
     Raises:
         harness.errors.ConfigError: the first bad override or combination.
     """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    from harness import grid
     from harness.config import check_group_overrides, check_overrides, compose_config
     from harness.sweep.sweeper import plan
 
-    parser = OverridesParser.create()
     for sweep in study.sweeps:
         args = sweep.args(study.experiment, extra, results_dir)
         check_group_overrides(args)
         check_overrides(args)
-        given = parser.parse_overrides(args)
-        fixed = [
-            o.input_line for o in given if not (o.is_sweep_override() or o.is_hydra_override())
-        ]
-        grid = compose_config(fixed, return_hydra_config=True).hydra.sweeper.params or {}
-        params = parser.parse_overrides([f"{k}={v}" for k, v in grid.items()])
-        # the experiment's grid, each key the command line names replaced (Hydra's order)
-        (jobs,) = BasicSweeper.split_arguments([*params, *given], None)
+        jobs = grid.multirun(args)
         plan([(job, compose_config([o for o in job if not o.startswith("hydra")])) for job in jobs])
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import results
+from harness.calibration.record import CALIBRATION
 from harness.files import atomic_dir, file_digest
 from harness.measure.preflight import PREFLIGHT
-from harness.sweep.calibrate import CALIBRATION
 
 DROPPED = ("output_token_ids",)  # the biggest column; reports.load leaves it on disk too
 CODEC = "zstd"

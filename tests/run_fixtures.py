@@ -154,15 +154,15 @@ def step_time(job: Job, draft_as_target: bool = False) -> float:
 
 def write_calibration(results_dir: Path, jobs: list[Job]) -> None:
     """The calibration files ``harness.sweep.calibrate`` would write for ``jobs``' engines."""
-    from harness.sweep import calibrate
+    from harness.calibration import record
 
     def save(job: Job, target: str, draft: str | None, seconds: float) -> None:
         m = {"concurrency": job.concurrency, "requests": 3, "decode_s": 100 * seconds,
              "units": 100, "per_unit_s": seconds}  # fmt: skip
         name = f"{target}-{draft}-{job.k}-{job.concurrency}.json".replace("/", "_")
-        record = {"target": target, "draft": draft, "k": job.k, "identity": {},
-                  "measurements": {str(job.concurrency): m}}  # fmt: skip
-        calibrate.save(Path(results_dir) / job.sweep / calibrate.CALIBRATION / name, record)
+        written = {"target": target, "draft": draft, "k": job.k, "identity": {},
+                   "measurements": {str(job.concurrency): m}}  # fmt: skip
+        record.save(Path(results_dir) / job.sweep / record.CALIBRATION / name, written)
 
     for job in jobs:
         v = job.variant

@@ -167,8 +167,9 @@ LAYERS = (
      "harness.metrics", "harness.manifest", "harness.records"),
     ("harness.speculators",),
     ("harness.backends",),
-    ("harness.config", "harness.results", "harness.provenance", "harness.tracking"),
+    ("harness.config", "harness.grid", "harness.results", "harness.provenance", "harness.tracking"),
     ("harness.data",),
+    ("harness.calibration",),
     ("harness.measure",),
     ("harness.sweep",),
     ("harness.__main__",),
@@ -255,3 +256,26 @@ def test_the_watchdog_module_runs_without_being_imported_twice():
                "0", "no-such-token"]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+
+
+def test_one_module_expands_the_sweep_grid():
+    """The jobs a multirun's overrides give are ``harness.grid``'s: no other module calls
+    Hydra's ``split_arguments`` (the sweeper's own override of it aside)."""
+
+    def calls(path: Path) -> list[int]:
+        tree = ast.parse(path.read_text(), str(path))
+        return [
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "split_arguments"
+        ]
+
+    modules = _modules()
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in modules.items()
+        if name != "harness.grid"
+        for line in calls(path)
+    ]
+    assert not found, found
+    assert calls(modules["harness.grid"])  # it sees them

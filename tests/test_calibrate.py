@@ -8,10 +8,11 @@ import pytest
 
 from harness import provenance
 from harness.backends.engine import EngineSpec
+from harness.calibration import record, timing
+from harness.calibration.timing import decode_timing, per_unit_s, token_units
 from harness.config import compose_config
 from harness.manifest import Manifest, write_manifest
 from harness.sweep import calibrate
-from harness.sweep.calibrate import decode_timing, per_unit_s, token_units
 
 SETTINGS = {"device": "cpu", "dtype": "float32", "max_model_len": 256, "gpu_memory_utilization": 0.3,
             "tensor_parallel_size": 1, "enforce_eager": True, "max_num_seqs": 4,
@@ -50,18 +51,18 @@ def test_prompt_lookup_steps_without_drafts_are_priced_apart_from_verify_steps()
     # match 4 ms; vLLM reports only the 3 verify steps
     verify, plain = 0.009, 0.004
     steps = [(verify, 3), (plain, 1), (verify, 1), (plain, 1), (verify, 2)]
-    timing = calibrate.step_timing(_stream(steps), drafted=3)
-    assert (timing.units, timing.undrafted, timing.multi) == (3, 2, 2)
-    assert timing.decode_s == pytest.approx(3 * verify + 2 * plain)
-    assert calibrate.step_costs([timing]) == pytest.approx((verify, plain))
+    t = timing.step_timing(_stream(steps), drafted=3)
+    assert (t.units, t.undrafted, t.multi) == (3, 2, 2)
+    assert t.decode_s == pytest.approx(3 * verify + 2 * plain)
+    assert timing.step_costs([t]) == pytest.approx((verify, plain))
     # the old pooled figure, decode time / verify steps, charges the plain steps to them
-    assert per_unit_s([timing]) == pytest.approx(verify + 2 * plain / 3)
+    assert per_unit_s([t]) == pytest.approx(verify + 2 * plain / 3)
 
 
-def _timing(verify: list[float], undrafted: list[float], units: int) -> calibrate.Timing:
+def _timing(verify: list[float], undrafted: list[float], units: int) -> timing.Timing:
     """``units`` verify steps whose drafted ones took ``verify``, and steps without drafts."""
     mean = sum(verify) / len(verify)
-    return calibrate.Timing(
+    return timing.Timing(
         decode_s=mean * units + sum(undrafted), units=units, undrafted=len(undrafted),
         multi_s=sum(verify), multi=len(verify), multi_sq=sum(v * v for v in verify),
     )  # fmt: skip
@@ -69,28 +70,28 @@ def _timing(verify: list[float], undrafted: list[float], units: int) -> calibrat
 
 def test_a_rest_within_the_verify_steps_noise_leaves_steps_without_drafts_unpriced():
     steady = [0.009] * 20  # verify steps of 9 ms with no spread: any rest is a step's time
-    assert calibrate.step_costs([_timing(steady, [0.004] * 2, 20)]) == pytest.approx((0.009, 0.004))
+    assert timing.step_costs([_timing(steady, [0.004] * 2, 20)]) == pytest.approx((0.009, 0.004))
     # 9 ms +- 1 ms over 20 verify steps: the rest's standard error per step without drafts
     # is about 1 ms / sqrt(19) x 20 / 2 = 2.3 ms, and 4 ms is within two of them
     noisy = [0.008, 0.010] * 10
-    assert calibrate.step_costs([_timing(noisy, [0.004] * 2, 20)]) == (pytest.approx(0.009), None)
-    assert calibrate.step_costs([_timing(noisy, [0.004] * 40, 20)]) == pytest.approx(
+    assert timing.step_costs([_timing(noisy, [0.004] * 2, 20)]) == (pytest.approx(0.009), None)
+    assert timing.step_costs([_timing(noisy, [0.004] * 40, 20)]) == pytest.approx(
         (0.009, 0.004)
     )  # many steps without drafts: the rest is well measured
     # a rest below 0, or above a verify step by more than the noise, is not a step's time
-    assert calibrate.step_costs([_timing(steady, [-0.001] * 2, 20)])[1] is None
-    assert calibrate.step_costs([_timing(steady, [0.030] * 2, 20)])[1] is None
+    assert timing.step_costs([_timing(steady, [-0.001] * 2, 20)])[1] is None
+    assert timing.step_costs([_timing(steady, [0.030] * 2, 20)])[1] is None
 
 
 def test_a_draft_model_drafts_every_step_so_all_steps_price_a_verify_step():
-    timing = calibrate.step_timing(_stream([(0.010, 1), (0.012, 4), (0.011, 2)]), drafted=3)
-    assert timing.undrafted == 0
-    assert calibrate.step_costs([timing]) == (pytest.approx(0.011), None)
+    t = timing.step_timing(_stream([(0.010, 1), (0.012, 4), (0.011, 2)]), drafted=3)
+    assert t.undrafted == 0
+    assert timing.step_costs([t]) == (pytest.approx(0.011), None)
 
 
 def test_steps_without_drafts_and_nothing_accepted_leave_the_verify_step_unknown():
-    timing = calibrate.step_timing(_stream([(0.009, 1), (0.004, 1)]), drafted=1)
-    assert calibrate.step_costs([timing]) == (None, None)
+    t = timing.step_timing(_stream([(0.009, 1), (0.004, 1)]), drafted=1)
+    assert timing.step_costs([t]) == (None, None)
 
 
 def test_identity_names_models_inside_the_checkout_relative_to_it(tmp_path, monkeypatch):
@@ -98,13 +99,13 @@ def test_identity_names_models_inside_the_checkout_relative_to_it(tmp_path, monk
     outside = str(tmp_path / "draft")
     plain = EngineSpec.plain(inside, SETTINGS)
     spec = dataclasses.replace(plain, k=3, draft=outside, method="draft_model")
-    ident = calibrate.identity(calibrate.Entry("t", outside, 3, spec))
+    ident = record.identity(record.Entry("t", outside, 3, spec))
     assert ident["llm_kwargs"]["model"] == "models/tiny/target_cot"
     assert ident["llm_kwargs"]["speculative_config"]["model"] == outside
     assert list(ident["models"]) == ["models/tiny/target_cot", outside]
     assert spec.llm_kwargs()["model"] == inside  # what vLLM loads is unchanged
     monkeypatch.chdir(provenance.CHECKOUT / "docs")  # a hub id is no path, wherever we are
-    hub = calibrate.identity(calibrate.Entry("h", None, 0, EngineSpec.plain("org/model", SETTINGS)))
+    hub = record.identity(record.Entry("h", None, 0, EngineSpec.plain("org/model", SETTINGS)))
     assert hub["llm_kwargs"]["model"] == "org/model" and list(hub["models"]) == ["org/model"]
 
 
@@ -115,73 +116,73 @@ def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
     model.mkdir()
     built = Manifest("target_cot", "full", "", "k1", "d", {}, 1, None, None, 1.0, 1)
     write_manifest(model, built)
-    entry = calibrate.Entry("m", None, 0, EngineSpec.plain(str(model), SETTINGS))
-    key = calibrate.cache_key(entry)
-    assert calibrate.cache_key(entry) == key
+    entry = record.Entry("m", None, 0, EngineSpec.plain(str(model), SETTINGS))
+    key = record.cache_key(entry)
+    assert record.cache_key(entry) == key
     other = EngineSpec.plain(str(model), {**SETTINGS, "max_num_seqs": 8})
-    assert calibrate.cache_key(calibrate.Entry("m", None, 0, other)) != key
+    assert record.cache_key(record.Entry("m", None, 0, other)) != key
     write_manifest(model, dataclasses.replace(built, key="k2", steps=2))  # retrained
-    assert calibrate.cache_key(entry) != key
-    key = calibrate.cache_key(entry)
+    assert record.cache_key(entry) != key
+    key = record.cache_key(entry)
     (model / "model.safetensors").write_bytes(b"weights")  # changed in place, same manifest
-    assert calibrate.cache_key(entry) != key
-    key = calibrate.cache_key(entry)
+    assert record.cache_key(entry) != key
+    key = record.cache_key(entry)
     versions = provenance.versions()
     monkeypatch.setattr(provenance, "versions", lambda: {**versions, "vllm": "0.0.1"})
-    assert calibrate.cache_key(entry) != key  # another vLLM
+    assert record.cache_key(entry) != key  # another vLLM
     monkeypatch.setattr(provenance, "versions", lambda: versions)
-    assert calibrate.cache_key(entry) == key
+    assert record.cache_key(entry) == key
     real = provenance.hardware
     machine = real("cpu")
     monkeypatch.setattr(provenance, "hardware", lambda device: {**machine, "cpu": "another"})
-    assert calibrate.cache_key(entry) != key  # another node of a mixed cluster
+    assert record.cache_key(entry) != key  # another node of a mixed cluster
     monkeypatch.setattr(provenance, "hardware", real)
     bound = EngineSpec.plain(str(model), {**SETTINGS, "cpu_threads_bind": "1"})
     assert bound.env()["VLLM_CPU_OMP_THREADS_BIND"] == "1"
-    assert calibrate.cache_key(calibrate.Entry("m", None, 0, bound)) != key  # another placement
+    assert record.cache_key(record.Entry("m", None, 0, bound)) != key  # another placement
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")  # set in the shell: recorded, keyed
     assert provenance.hardware("cpu")["cpu_threads_bind"] == "0"
-    assert calibrate.cache_key(entry) != key
+    assert record.cache_key(entry) != key
 
 
 def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):
-    def record(target, draft, k, seconds):
+    def written(target, draft, k, seconds):
         m = {"concurrency": 1, "requests": 3, "decode_s": 1.0, "units": 1, "per_unit_s": seconds}
         return {"target": target, "draft": draft, "k": k, "identity": {},
                 "measurements": {"1": m}}  # fmt: skip
 
-    out = tmp_path / calibrate.CALIBRATION
-    calibrate.save(out / "old.json", record("t", "ngram", 3, 0.5))  # before a rebuild
-    scheduled = {**record("t", "ngram", 3, 0.4), "k_schedule": "1-2k3_3-32k0"}
-    calibrate.save(out / "scheduled.json", scheduled)  # another engine: kept
+    out = tmp_path / record.CALIBRATION
+    record.save(out / "old.json", written("t", "ngram", 3, 0.5))  # before a rebuild
+    scheduled = {**written("t", "ngram", 3, 0.4), "k_schedule": "1-2k3_3-32k0"}
+    record.save(out / "scheduled.json", scheduled)  # another engine: kept
 
     def with_schedule(rec, ranges, **identity):  # written before records named it
         schedule = {"num_speculative_tokens_per_batch_size": ranges}
         return {**rec, "identity": {"llm_kwargs": {"speculative_config": schedule}, **identity}}
 
-    calibrate.save(
+    record.save(
         out / "older_scheduled.json",
-        with_schedule(record("t", "ngram", 3, 0.6), [[1, 4, 3], [5, 32, 1]]),
+        with_schedule(written("t", "ngram", 3, 0.6), [[1, 4, 3], [5, 32, 1]]),
     )
     # a schedule with a K = 0 level, written before such levels were timed per token: unread
-    calibrate.save(
-        out / "stale.json", with_schedule(record("t", "ngram", 2, 0.7), [[1, 4, 2], [5, 32, 0]])
+    record.save(
+        out / "stale.json", with_schedule(written("t", "ngram", 2, 0.7), [[1, 4, 2], [5, 32, 0]])
     )
-    calibrate.save(
+    record.save(
         out / "timed.json",
         with_schedule(
-            record("t", "ngram", 2, 0.8), [[1, 8, 2], [9, 32, 0]], k0_levels=calibrate.K0_LEVELS
+            written("t", "ngram", 2, 0.8), [[1, 8, 2], [9, 32, 0]], k0_levels=record.K0_LEVELS
         ),
     )
-    calibrate.save(out / "plain.json", record("t", None, 0, 0.1))
-    calibrate.save(out / "other_k.json", record("t", "ngram", 1, 0.2))
-    new = record("t", "ngram", 3, 0.3)
-    calibrate.replace_stale(calibrate.save(out / "new.json", new), new)
+    record.save(out / "plain.json", written("t", None, 0, 0.1))
+    record.save(out / "other_k.json", written("t", "ngram", 1, 0.2))
+    new = written("t", "ngram", 3, 0.3)
+    record.replace_stale(record.save(out / "new.json", new), new)
     assert sorted(p.name for p in out.iterdir()) == [
         "new.json", "older_scheduled.json", "other_k.json", "plain.json", "scheduled.json",
         "stale.json", "timed.json",
     ]  # fmt: skip
-    assert {(r["k"], r["k_schedule"], r["per_unit_s"]) for r in calibrate.table(tmp_path)} == {
+    assert {(r["k"], r["k_schedule"], r["per_unit_s"]) for r in record.table(tmp_path)} == {
         (3, None, 0.3),
         (3, "1-2k3_3-32k0", 0.4),
         (3, "1-4k3_5-32k1", 0.6),
@@ -189,6 +190,23 @@ def test_a_new_measurement_replaces_the_stale_files_of_its_engine(tmp_path):
         (0, None, 0.1),
         (1, None, 0.2),
     }
+
+
+def test_the_reader_skips_a_stale_schedules_file_and_an_unreadable_one(tmp_path):
+    def written(ranges, **identity):
+        schedule = {"num_speculative_tokens_per_batch_size": ranges}
+        return {"target": "t", "draft": "ngram", "k": 2, "measurements": {},
+                "identity": {"llm_kwargs": {"speculative_config": schedule}, **identity}}  # fmt: skip
+
+    stale = record.save(tmp_path / "stale.json", written([[1, 4, 2], [5, 32, 0]]))
+    timed = written([[1, 4, 2], [5, 32, 0]], k0_levels=record.K0_LEVELS)
+    one_k = written([[1, 4, 2], [5, 32, 1]])  # no K = 0 level: never stale
+    assert record.load(stale) is None
+    assert record.load(record.save(tmp_path / "timed.json", timed)) == timed
+    assert record.load(record.save(tmp_path / "one_k.json", one_k)) == one_k
+    (tmp_path / "torn.json").write_text('{"target": ')
+    assert record.load(tmp_path / "torn.json") is None
+    assert record.load(tmp_path / "missing.json") is None
 
 
 def test_a_speculator_run_at_several_concurrencies_is_also_calibrated_with_speculation_off():
@@ -232,9 +250,9 @@ def test_a_slow_spell_on_one_side_of_one_round_does_not_move_the_windows_plain_c
             return [decode_timing(0.0, 95 * next(plain_s), token_units(96))]
         return [decode_timing(0.0, 30 * 0.010, 30)]
 
-    monkeypatch.setattr(calibrate, "prompts", lambda tokenizer, n: [[1]] * n)
-    monkeypatch.setattr(calibrate, "_time", timed)
-    m = calibrate.measure("spec", None, 3, 1, requests=3, baseline="plain")
+    monkeypatch.setattr(timing, "prompts", lambda tokenizer, n: [[1]] * n)
+    monkeypatch.setattr(timing, "_time", timed)
+    m = timing.measure("spec", None, 3, 1, requests=3, baseline="plain")
     assert m.per_unit_s == pytest.approx(0.010)
     assert m.baseline_per_unit_s == pytest.approx(0.004)  # pooled, the three read 5.33 ms
-    assert calibrate.measure("spec", None, 3, 1).baseline_per_unit_s is None  # no baseline
+    assert timing.measure("spec", None, 3, 1).baseline_per_unit_s is None  # no baseline

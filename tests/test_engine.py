@@ -17,6 +17,7 @@ from harness.backends import engine as engines
 from harness.backends import live
 from harness.backends.engine import EngineSpec
 from harness.backends.offline import Offline, generate
+from harness.calibration import record, timing
 from harness.checks import load_tokenizer
 from harness.config import compose_config
 from harness.sweep import calibrate
@@ -158,16 +159,16 @@ def test_calibration_sees_every_engine_step_of_a_request(overrides):
         drafted[output.request_id] = sum(spec.histogram)
 
     prompts = [r.prompt_token_ids for r in job.requests]
-    generate(engine.llm, prompts, calibrate.sampling_params(), 1, on_output, on_step)
+    generate(engine.llm, prompts, timing.sampling_params(), 1, on_output, on_step)
     # one output for the first token, then one per verify step: a draft model drafts at
     # every step, so vLLM's verify steps are all the others
     assert len(steps) == 3 and {r: n - 1 for r, n in steps.items()} == drafted
     tokenizer = load_tokenizer(job.spec.target)
-    measured = calibrate.measure(engine.llm, tokenizer, 1, 1)
+    measured = timing.measure(engine.llm, tokenizer, 1, 1)
     assert measured.undrafted == 0 and measured.units > 0 and measured.per_unit_s > 0
     assert measured.baseline_per_unit_s is None
     plain, _ = engines.get_all(job.specs)[1]  # the interleaved job's plain target
-    paired = calibrate.measure(engine.llm, tokenizer, 1, 2, requests=2, baseline=plain.llm)
+    paired = timing.measure(engine.llm, tokenizer, 1, 2, requests=2, baseline=plain.llm)
     assert paired.requests == 4 and paired.units > 0 and paired.baseline_per_unit_s > 0
 
 
@@ -200,8 +201,8 @@ def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
 def test_the_calibration_cli_times_an_interleaved_jobs_engine_beside_its_plain_one(overrides):
     measured: dict[int, list[dict]] = {}
     for path in calibrate.run([*overrides, "variant=cot_sd", "spec.k=1", "sweep=window"]):
-        record = calibrate.read(path)
-        measured.setdefault(record["k"], []).append(record["measurements"]["1"])
+        written = record.load(path)
+        measured.setdefault(written["k"], []).append(written["measurements"]["1"])
     (spec,) = measured[1]
     assert spec["per_unit_s"] > 0 and spec["baseline_per_unit_s"] > 0  # one window
     assert [m["baseline_per_unit_s"] for m in measured[0]] == [None, None]  # target, draft
@@ -211,18 +212,18 @@ def test_speculation_off_is_the_speculator_engine_without_a_single_draft(overrid
     cfgs = [compose_config([*overrides, "variant=cot_sd", "spec.k=1", f"concurrency={c}"])
             for c in (1, 2)]  # fmt: skip
     (off,) = [e for e in calibrate.entries(cfgs) if e.k == 0 and e.draft]
-    record = calibrate.read(calibrate.calibrate(off, [1], tmp_path, force=False))
-    assert record["k_schedule"] == off.k_schedule and record["draft"] == off.spec.draft
-    assert record["measurements"]["1"]["per_unit_s"] > 0  # timed per token
+    written = record.load(calibrate.calibrate(off, [1], tmp_path, force=False))
+    assert written["k_schedule"] == off.k_schedule and written["draft"] == off.spec.draft
+    assert written["measurements"]["1"]["per_unit_s"] > 0  # timed per token
     engine, reused = engines.get(off.spec)
     prompts = [r.prompt_token_ids for r in prepare(cfgs[0]).requests]
     done = []
-    generate(engine.llm, prompts, calibrate.sampling_params(), 1, lambda _, o: done.append(o))
+    generate(engine.llm, prompts, timing.sampling_params(), 1, lambda _, o: done.append(o))
     assert reused and len(done) == len(prompts)
     for output in done:  # every step ran at K = 0: nothing proposed, nothing accepted
         spec = output.outputs[0].spec_decode_metrics
         assert spec is None or (spec.num_draft_tokens == 0 and not any(spec.histogram))
-        assert len(output.outputs[0].token_ids) == calibrate.OUTPUT_TOKENS
+        assert len(output.outputs[0].token_ids) == timing.OUTPUT_TOKENS
 
 
 def test_a_schedules_k0_level_is_timed_per_token_not_as_a_verify_step(overrides, tmp_path):
@@ -232,15 +233,15 @@ def test_a_schedules_k0_level_is_timed_per_token_not_as_a_verify_step(overrides,
     llm = engines.get(entry.spec)[0].llm
     calibrate.calibrate(entry, [1], tmp_path, force=False, llm=llm)
     drafts = Offline(llm).spec_counts().num_steps
-    record = calibrate.read(calibrate.calibrate(entry, [2], tmp_path, force=False, llm=llm))
+    written = record.load(calibrate.calibrate(entry, [2], tmp_path, force=False, llm=llm))
     # at batch 2 it drafts only where a request runs alone (its wave's last step), where
     # K = 1 drafting throughout would verify about every other token
     alone = Offline(llm).spec_counts().num_steps - drafts
-    assert drafts > 0 and alone <= 2 * calibrate.REQUESTS_PER_SLOT
-    drafting, off = record["measurements"]["1"], record["measurements"]["2"]
+    assert drafts > 0 and alone <= 2 * timing.REQUESTS_PER_SLOT
+    drafting, off = written["measurements"]["1"], written["measurements"]["2"]
     assert drafting["units"] > 0 and drafting["per_unit_s"] > 0  # K = 1 at batch 1
     assert off["units"] == 0 and off["per_unit_s"] is None  # K = 0 at batch 2
-    assert off["undrafted"] == 2 * calibrate.REQUESTS_PER_SLOT * (calibrate.OUTPUT_TOKENS - 1)
+    assert off["undrafted"] == 2 * timing.REQUESTS_PER_SLOT * (timing.OUTPUT_TOKENS - 1)
     assert off["undrafted_step_s"] > 0
 
 

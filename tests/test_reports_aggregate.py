@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from harness import results
+from harness.calibration import record
 from harness.measure import preflight
-from harness.sweep import calibrate
 from reports import aggregate, bootstrap, fit, hypotheses, load, rejections, tables, theory
 from reports.report import make_report
 from tests import run_fixtures
@@ -235,14 +235,14 @@ def test_speculation_off_is_priced_from_its_own_calibration_and_a_schedule_keeps
     for j in jobs:
         run_fixtures.write_job(tmp_path, j)
     run_fixtures.write_calibration(tmp_path, jobs)
-    out = tmp_path / "f" / calibrate.CALIBRATION
+    out = tmp_path / "f" / record.CALIBRATION
 
     def save(name, k, schedule, seconds):  # per token (off) or per verify step
         ms = {str(c): {"concurrency": c, "requests": 3, "decode_s": 1.0, "units": 10,
                        "per_unit_s": seconds * c} for c in (1, 4)}  # fmt: skip
-        calibrate.save(out / name, {"target": v.target_model, "draft": v.draft_model, "k": k,
-                                    "k_schedule": schedule, "identity": {},
-                                    "measurements": ms})  # fmt: skip
+        record.save(out / name, {"target": v.target_model, "draft": v.draft_model, "k": k,
+                                 "k_schedule": schedule, "identity": {},
+                                 "measurements": ms})  # fmt: skip
 
     save("off.json", 0, "1-32k0", 0.05)
     save("scheduled.json", 1, "1-2k1_3-32k0", 9.0)  # another engine than the fixed K = 1
@@ -275,8 +275,6 @@ def test_a_schedules_k0_level_prices_verify_steps_at_the_nearest_lower_level():
 
 @pytest.mark.parametrize("calibrated_plain_steps", [True, False])
 def test_prompt_lookup_steps_without_drafts_cost_their_own_time(tmp_path, calibrated_plain_steps):
-    from harness.sweep import calibrate
-
     lookup = run_fixtures.Variant("cot_ngram", "cot", "ngram", "cot", 0.70, 200)
     base = run_fixtures.Job("f", V["cot"], "synth_easy", "easy", 0, n_problems=20)
     job = run_fixtures.Job("f", lookup, "synth_easy", "easy", 3, n_problems=20)
@@ -295,9 +293,9 @@ def test_prompt_lookup_steps_without_drafts_cost_their_own_time(tmp_path, calibr
     def save(draft, k, seconds, undrafted_s=None):
         m = {"concurrency": 1, "requests": 3, "decode_s": 1.0, "units": 1,
              "per_unit_s": seconds, "undrafted": 1, "undrafted_step_s": undrafted_s}  # fmt: skip
-        record = {"target": lookup.target_model, "draft": draft, "k": k, "identity": {},
-                  "measurements": {"1": m}}  # fmt: skip
-        calibrate.save(tmp_path / "f" / calibrate.CALIBRATION / f"{k}.json", record)
+        written = {"target": lookup.target_model, "draft": draft, "k": k, "identity": {},
+                   "measurements": {"1": m}}  # fmt: skip
+        record.save(tmp_path / "f" / record.CALIBRATION / f"{k}.json", written)
 
     save(None, 0, t_plain)
     save(lookup.draft_model, 3, t_verify, t_lookup_miss if calibrated_plain_steps else None)

@@ -12,9 +12,9 @@ import pytest
 
 from harness import results
 from harness.backends import engine as engines
+from harness.calibration import record
 from harness.config import compose_config
 from harness.manifest import read_manifest
-from harness.sweep import calibrate
 from harness.sweep.job import run_job
 from train.gguf import SMOLLM2, convert
 
@@ -79,14 +79,14 @@ def test_ngram_speculation_on_smollm2_reproduces_plain_decoding(overrides):
     assert summary.spec is not None
     # the job calibrated its engine: prompt lookup's steps without a match timed apart
     records = [
-        calibrate.read(p) for p in (results.sweep_dir(ngram) / calibrate.CALIBRATION).glob("*.json")
+        record.load(p) for p in (results.sweep_dir(ngram) / record.CALIBRATION).glob("*.json")
     ]
     (lookup,) = [r for r in records if r["draft"] == "ngram"]
-    assert lookup["identity"]["undrafted_steps"] == calibrate.UNDRAFTED_STEPS
+    assert lookup["identity"]["undrafted_steps"] == record.UNDRAFTED_STEPS
     (measured,) = lookup["measurements"].values()
     assert measured["units"] > 0 and measured["undrafted"] > 0
     assert measured["per_unit_s"] > 0
     # 3 requests of 96 tokens: the rest is priced only when it stands clear of the verify
-    # steps' noise (calibrate.step_costs); on a loaded machine it may not, and is left out
+    # steps' noise (timing.step_costs); on a loaded machine it may not, and is left out
     undrafted_s = measured["undrafted_step_s"]
     assert undrafted_s is None or undrafted_s > 0

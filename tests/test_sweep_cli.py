@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import metrics, results
-from harness.sweep import calibrate
+from harness.calibration import record, timing
 
 pytestmark = pytest.mark.slow
 
@@ -129,16 +129,16 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(basic):
     # each engine calibrated itself once, before its first job's requests: the killed job's
     # engine had, so the resumed sweep measured nothing again
     assert "calibration " not in resumed.stdout
-    records = [json.loads(p.read_text()) for p in (sweep / calibrate.CALIBRATION).glob("*.json")]
+    records = [json.loads(p.read_text()) for p in (sweep / record.CALIBRATION).glob("*.json")]
     assert sorted(r["k"] for r in records) == [0, 1]
     draft = next(o.split("=", 1)[1] for o in basic.common if o.startswith("models.drafts"))
-    for record in records:
-        (measured,) = record["measurements"].values()
+    for rec in records:
+        (measured,) = rec["measurements"].values()
         # a speculative engine's window: rounds beside its plain engine (one request each)
-        rounds = calibrate.PAIRED_ROUNDS if record["k"] else calibrate.REQUESTS_PER_SLOT
+        rounds = timing.PAIRED_ROUNDS if rec["k"] else timing.REQUESTS_PER_SLOT
         assert measured["requests"] == rounds
         assert measured["units"] > 0 and measured["per_unit_s"] > 0
-        assert record["draft"] == (None if record["k"] == 0 else draft)
+        assert rec["draft"] == (None if rec["k"] == 0 else draft)
 
     # 3. re-run: every job is skipped and nothing is rewritten
     stamps = {n: (sweep / n / results.SUMMARY).stat().st_mtime_ns for n in JOBS}
@@ -235,7 +235,7 @@ def test_a_job_whose_engine_crashes_is_recorded_and_the_sweep_goes_on(tiny_pair,
     assert [f["job"] for f in failures] == ["cot-synth_easy-k0-c1-s0-t0-n2"]
     assert _complete_jobs(sweep) == ["base-synth_easy-k0-c1-s0-t0-n2"]
     assert sorted(p.name for p in sweep.iterdir()) == [
-        calibrate.CALIBRATION,  # the base job's engine calibrated itself
+        record.CALIBRATION,  # the base job's engine calibrated itself
         ".hydra",
         results.LOCK,  # the sweep's lock file stays; the kernel released the lock
         "base-synth_easy-k0-c1-s0-t0-n2",

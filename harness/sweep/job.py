@@ -16,6 +16,7 @@ from typing import Any
 
 from harness import backends, metrics, provenance, results, tracking
 from harness.backends import live
+from harness.calibration.timing import reference
 from harness.checks import unwritable
 from harness.config import ConfigError
 from harness.data.datasets import DatasetError
@@ -112,7 +113,7 @@ class Started:
 
 class Reference:
     """The drift sentinel of one job: a fixed calibration request
-    (:func:`harness.sweep.calibrate.reference`) timed on one engine at the job's start and end,
+    (:func:`harness.calibration.timing.reference`) timed on one engine at the job's start and end,
     on its baseline engine when interleaved (the plain target, the same across the
     target's jobs), else on its own."""
 
@@ -122,12 +123,12 @@ class Reference:
         self.llm, self.tokenizer, self.requests = llm, load_tokenizer(job.spec.target), requests
         self.k = 0 if job.baseline is not None else job.info.k
         self.engine = "baseline" if job.baseline is not None else "job"
-        self.start_s = calibrate.reference(llm, self.tokenizer, self.k, requests)
+        self.start_s = reference(llm, self.tokenizer, self.k, requests)
         self.end_s: float | None = None
 
     def end(self) -> None:
         """Time the reference again, after the job's requests."""
-        self.end_s = calibrate.reference(self.llm, self.tokenizer, self.k, self.requests)
+        self.end_s = reference(self.llm, self.tokenizer, self.k, self.requests)
 
     def to_row(self) -> dict[str, Any]:
         """The summary's ``reference``: engine, k, start_s and end_s (seconds per unit)."""

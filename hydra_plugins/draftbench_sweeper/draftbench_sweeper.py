@@ -31,13 +31,12 @@ class DraftbenchSweeper(BasicSweeper):
     def split_arguments(  # type: ignore[override]
         self, overrides: list[Override], max_batch_size: int | None
     ) -> list[list[list[str]]]:
-        from harness import results
+        from harness import grid, results
         from harness.checks import exit_on_bad_input, exit_on_unwritable
         from harness.sweep.job import check_sweep
         from harness.sweep.sweeper import plan
 
-        (grid,) = BasicSweeper.split_arguments(overrides, None)
-        composed = [(job, self._compose(job)) for job in grid]
+        composed = [(job, self._compose(job)) for job in grid.expand(overrides)]
         configs = {tuple(o): c for o, c in composed}
         with exit_on_bad_input():
             planned = plan(composed)
