@@ -91,20 +91,29 @@ def stop(watchdog: subprocess.Popen) -> None:
     watchdog.wait()
 
 
-def reap(processes: Iterable[tuple[int, float]], grace_s: float = GRACE_S) -> None:
-    """SIGTERM the processes still alive with their recorded create time and their
-    descendants, then SIGKILL."""
-    alive: dict[int, psutil.Process] = {}
+def alive(processes: Iterable[tuple[int, float]]) -> list[psutil.Process]:
+    """The processes still alive with their recorded create time (not a reused pid)."""
+    found = []
     for pid, start in processes:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc = psutil.Process(pid)
             if proc.create_time() == start:
-                alive |= {p.pid: p for p in (proc, *proc.children(recursive=True))}
-    for proc in alive.values():
+                found.append(proc)
+    return found
+
+
+def reap(processes: Iterable[tuple[int, float]], grace_s: float = GRACE_S) -> None:
+    """SIGTERM the processes still alive with their recorded create time and their
+    descendants, then SIGKILL."""
+    targets: dict[int, psutil.Process] = {}
+    for proc in alive(processes):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            targets |= {p.pid: p for p in (proc, *proc.children(recursive=True))}
+    for proc in targets.values():
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.resume()  # a stopped process (a paused server) holds SIGTERM until continued
             proc.terminate()
-    _, survivors = psutil.wait_procs(alive.values(), timeout=grace_s)
+    _, survivors = psutil.wait_procs(targets.values(), timeout=grace_s)
     for proc in survivors:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()

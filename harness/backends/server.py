@@ -282,7 +282,8 @@ class Server:
         after its last request: docs/results/server-idle-cpu); a server at a URL runs on."""
         if self.process is None or self._paused:
             return
-        self._paused = [p for p in _processes(self.process.pid) if _signal(p, "suspend")]
+        session = reaper.alive(reaper.session(self.process.pid))
+        self._paused = [p for p in session if _signal(p, "suspend")]
         deadline = time.monotonic() + PAUSE_S  # SIGSTOP lands when the kernel next runs it
         while time.monotonic() < deadline and not all(map(_stopped, self._paused)):
             time.sleep(0.005)
@@ -432,19 +433,6 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
         raise
     server.start_s = time.perf_counter() - tic
     return server
-
-
-def _processes(sid: int) -> list[Any]:
-    """The live processes of a started server's session, as psutil processes."""
-    import psutil
-
-    out = []
-    for pid, start in reaper.session(sid):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process = psutil.Process(pid)
-            if process.create_time() == start:
-                out.append(process)
-    return out
 
 
 def _stopped(process: Any) -> bool:

@@ -77,9 +77,7 @@ class Speculator:
         """The checkpoint loaded for its teacher-forced pre-flight pass."""
         raise ConfigError(f"draft={draft}: method {self.method} has no pre-flight replay")
 
-    def agreement(
-        self, model: Any, target: Any, prompt: Sequence[int], tokens: Sequence[int], depth: int
-    ) -> list[bool]:
+    def agreement(self, model: Any, prompt: Sequence[int], tokens: Sequence[int]) -> list[bool]:
         """Whether the family's greedy draft of each token of ``tokens`` from the second,
         after ``prompt``, equals it."""
         raise NotImplementedError
@@ -89,10 +87,10 @@ class Speculator:
     ) -> tuple[list[Any], list[bool]]:
         """A request's agreement over its output, and past its end (over the target's next
         tokens) where a verify step of the run's Ks would read them."""
-        agree = self.agreement(model, None, prompt, output, depth)
+        agree = self.agreement(model, prompt, output)
         if not target.past_end(agree):
             return agree, []
-        whole = self.agreement(model, None, prompt, [*output, *target.more()], depth)
+        whole = self.agreement(model, prompt, [*output, *target.more()])
         return agree, whole[len(agree) :]
 
     def firsts(self, agree: list[Any]) -> list[bool]:

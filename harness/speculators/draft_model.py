@@ -82,9 +82,7 @@ class DraftModel(Speculator):
     def replay_model(self, draft: str) -> Any:
         return load_causal_lm(draft, "draft")
 
-    def agreement(
-        self, model: Any, target: Any, prompt: Sequence[int], tokens: Sequence[int], depth: int
-    ) -> list[bool]:
+    def agreement(self, model: Any, prompt: Sequence[int], tokens: Sequence[int]) -> list[bool]:
         return agreement(model, prompt, tokens)
 
 

@@ -192,17 +192,17 @@ def _instance(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome
     (own, reused), baseline = got[0], (got[1][0] if len(got) > 1 else None)
     llm = backend.in_process(own)
     plain = None if baseline is None else backend.in_process(baseline)
-    reference = None
+    sentinel = None
     try:
         for generator in (own, baseline)[: len(got)]:
             warm_up(job, generator)
         if llm is not None:
             if cfg.calibrate and index == 0:
                 calibrate.on_live_engine(cfg, job.spec, llm, plain)
-            reference = Reference(job, plain or llm, cfg.sentinel_requests)
+            sentinel = Reference(job, plain or llm, cfg.sentinel_requests)
         records, wall_s, counts = run(job, own, progress, baseline)
-        if reference is not None:
-            reference.end()
+        if sentinel is not None:
+            sentinel.end()
     except BaseException:
         live.clear()
         raise
@@ -211,7 +211,7 @@ def _instance(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome
     lost = backend.shares_counters and restarted
     started = Started(own.start_s, reused, backend.launches())
     counts = None if lost else counts
-    row = None if reference is None else reference.to_row()
+    row = None if sentinel is None else sentinel.to_row()
     return Outcome(records, wall_s, counts, records, started, row)
 
 
