@@ -165,6 +165,9 @@ class Config:
     repeat: int = 0  # which of those runs this is (set by the harness)
     pairing: str = "interleaved"  # interleaved | sequential (harness.measure.pairing)
     instances: int = 1  # fresh engine instances (pairs when interleaved) per job
+    # requests in each side's turn when interleaved (open-loop: the same arrival draws on both
+    # sides of a window); None = concurrency (docs/PAIRING.md)
+    pair_window: int | None = None
     sentinel_requests: int = 5  # the drift sentinel's reference requests at each end of a job
     results_dir: str = "results"
     datasets_dir: str | None = None  # folder of local dataset files (dataset configs name them)
@@ -507,6 +510,8 @@ def validate(cfg: Any) -> None:
     check_choice("tracking.name", cfg.tracking.name, TRACKERS)
     check_tracker_installed(cfg.tracking.name)
     check(cfg.instances >= 1, "instances", cfg.instances, "must be >= 1")
+    window = cfg.pair_window
+    check(window is None or window >= 1, "pair_window", window, "must be >= 1 or null")
     check(cfg.sentinel_requests >= 1, "sentinel_requests", cfg.sentinel_requests, "must be >= 1")
     check(
         cfg.limit is None or cfg.instances <= cfg.limit,

@@ -36,6 +36,9 @@ SERVER_LOGS = ".servers"  # the logs of the servers a sweep started (hidden: not
 # sentinel, not the job's requests.
 UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat", "slo",
                  "tracking", "sentinel_requests")  # fmt: skip
+# keys added after runs were stored: hashed only when set away from this default, so a stored
+# run (which lacks the key) keeps its hash
+LATER_KEYS = {"pair_window": None}
 
 
 def arrow_type(hint: Any) -> Any:
@@ -124,7 +127,13 @@ def config_hash(cfg: Any) -> str:
 
 def config_digest(config: dict[str, Any]) -> str:
     """:func:`config_hash` of a resolved config (a stored run's ``config``)."""
-    return json_digest({k: v for k, v in config.items() if k not in UNHASHED_KEYS})
+    return json_digest(
+        {
+            k: v
+            for k, v in config.items()
+            if k not in UNHASHED_KEYS and (k not in LATER_KEYS or v != LATER_KEYS[k])
+        }
+    )
 
 
 class IncompleteRun(Exception):

@@ -61,6 +61,7 @@ def test_default_variants_validate_at_k0(variant):
         (["limit=0"], "limit=0: must be > 0"),
         (["concurrency=0"], "concurrency=0: must be >= 1"),
         (["sentinel_requests=0"], "sentinel_requests=0: must be >= 1"),
+        (["pair_window=0"], "pair_window=0: must be >= 1 or null"),
         (["temperature=inf"], "temperature=inf: must be a finite number >= 0"),
         (["temperature=nan"], "temperature=nan: must be a finite number >= 0"),
         (["temperature=-0.5"], "temperature=-0.5: must be a finite number >= 0"),

@@ -43,6 +43,7 @@ EXAMPLES: dict[str, list[str]] = {
     "repeats": ["repeats=2"],
     "instances": ["instances=2"],
     "sentinel_requests": ["sentinel_requests=3"],
+    "pair_window": ["pair_window=4"],
     "tracking": ["tracking=none"],
     "pairing": ["pairing=sequential"],
     "results_dir": [],  # every case sets it (to a temporary folder)

@@ -53,3 +53,50 @@ def test_join_carries_the_baselines_timing_and_refuses_other_problems():
     assert [r.tpot_s for r in joined] == [r.tpot_s for r in records]
     with pytest.raises(ValueError, match="different problems"):
         pairing.join(records, base[::-1])
+
+
+class _Recorder:
+    """A generator that answers at once and records each call's prompts and load."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def generate(self, prompts, params, load, on_output) -> None:
+        self.calls.append((self, len(prompts), load))
+        for i in range(len(prompts)):
+            on_output(i, None)
+
+    def spec_counts(self):
+        return None
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+
+def test_both_sides_of_an_open_loop_window_get_the_same_arrivals():
+    """Windows of pair_window requests; each window's load is the job's, seeded per window,
+    the same on both sides (the settling request aside)."""
+    from harness.backends.engine import EngineSpec
+    from harness.data.problems import Problem
+    from harness.sweep.runner import PreparedJob, Request, interleave
+
+    job = run_fixtures.Job("t", run_fixtures.SEED_STUDY[3], "synth_easy", "easy", 2, n_problems=7)
+    info = dataclasses.replace(
+        run_fixtures.records(job)[0].job, request_rate=4.0, seed=5, concurrency=2
+    )
+    requests = tuple(
+        Request(Problem(str(i), "d", "easy", "q", "1", "s"), (1, 2, i)) for i in range(7)
+    )
+    spec = EngineSpec("t", None, 0, ())
+    prepared = PreparedJob(info, spec, requests, 8, baseline=spec, pair_window=3)
+    calls: list = []
+    sides = {pairing.JOB: _Recorder(calls), pairing.BASELINE: _Recorder(calls)}
+    interleave(prepared, sides, dict.fromkeys(sides, lambda i, c: None), settle=False)
+    assert [n for _, n, _ in calls] == [3, 3, 3, 3, 1, 1]  # windows of 3: ABBA, then A B
+    loads = [load for _, _, load in calls]
+    assert [load.seed for load in loads] == [5, 5, 6, 6, 7, 7]
+    assert {(load.request_rate, load.concurrency) for load in loads} == {(4.0, 2)}
+    assert [calls[i][0] is sides[pairing.JOB] for i in range(6)] == [1, 0, 0, 1, 1, 0]

@@ -101,6 +101,16 @@ def test_config_hash_ignores_where_results_go_force_and_the_slo_but_not_the_job(
     assert results.config_hash(compose_config(["max_tokens=7"])) != base
 
 
+def test_a_key_added_later_keeps_a_stored_runs_hash_until_it_is_set():
+    """A run stored before ``pair_window`` existed hashes as one that leaves it at null."""
+    config = results.resolved_config(compose_config([]))
+    stored = {k: v for k, v in config.items() if k != "pair_window"}
+    assert "pair_window" in config and results.config_digest(stored) == results.config_digest(
+        config
+    )
+    assert results.config_hash(compose_config(["pair_window=4"])) != results.config_digest(stored)
+
+
 def test_written_job_is_done_only_for_its_run_key(tmp_path):
     job_dir = tmp_path / "s" / "job"
     job = _job()

@@ -95,9 +95,16 @@ def test_an_interleaved_server_job_pairs_each_request_with_the_plain_targets_ser
     assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
     # (on two loaded cores a whole answer can arrive in one burst: e2e = TTFT, TPOT 0)
     assert all(r["pair_e2e_s"] >= r["pair_ttft_s"] > 0 for r in rows)
+    # open loop pairs too: windows of pair_window requests, the same arrivals on both sides
     rated = compose_config([*overrides, "backend=server", "pairing=interleaved",
-                            "request_rate=8", "concurrency=2"])  # fmt: skip
-    assert run_job(rated, progress=False).job.pairing == "sequential"  # open loop runs alone
+                            "request_rate=8", "concurrency=2", "pair_window=3"])  # fmt: skip
+    summary = run_job(rated, progress=False)
+    assert summary.job.pairing == "interleaved" and summary.engine_reused
+    rows = _rows(rated)
+    assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
+    # each window's arrivals start afresh: problem 3 opens the second window (0.125 s at 8/s)
+    sent = [r["sent_s"] for r in rows]
+    assert sent[0] < sent[1] < sent[2] and sent[3] < sent[2]
 
 
 def test_a_paused_server_spends_nothing_answers_once_resumed_and_stops(overrides, tmp_path):

@@ -55,6 +55,7 @@ class PreparedJob:
     warmup: int = 0  # warm-up rounds before the recorded requests
     baseline: EngineSpec | None = None  # the plain engine interleaved with ``spec``, if any
     burstiness: float = 1.0  # open-loop arrivals: gaps ~ Gamma(burstiness)
+    pair_window: int | None = None  # interleaved: requests per turn (None: concurrency)
 
     @property
     def specs(self) -> tuple[EngineSpec, ...]:
@@ -66,6 +67,11 @@ class PreparedJob:
         """How the job's requests arrive: its concurrency, request rate and burstiness."""
         info = self.info
         return Load(info.concurrency, info.request_rate, self.burstiness, info.seed)
+
+    @property
+    def window(self) -> int:
+        """Requests in each side's turn when interleaved (``pair_window``, else concurrency)."""
+        return self.pair_window or self.info.concurrency
 
     def sampling_params(self, max_tokens: int | None = None) -> Any:
         """vLLM sampling parameters (the seed is per request, not per engine)."""
@@ -123,8 +129,6 @@ def job_info(cfg: Any) -> JobInfo:
 
 def runs_alone(cfg: Any) -> str | None:
     """Why an interleaved job cannot have a baseline beside it, or None."""
-    if cfg.request_rate is not None:
-        return "open-loop arrivals keep their own pace"
     return backends.of(cfg).alone(cfg)
 
 
@@ -207,7 +211,14 @@ def prepare(cfg: Any) -> PreparedJob:
         cfg.engine.max_model_len,
     )
     return PreparedJob(
-        info, spec, tuple(requests), cfg.max_tokens, cfg.warmup, baseline, cfg.burstiness
+        info,
+        spec,
+        tuple(requests),
+        cfg.max_tokens,
+        cfg.warmup,
+        baseline,
+        cfg.burstiness,
+        cfg.pair_window,
     )
 
 
@@ -291,9 +302,11 @@ def interleave(
     settle: bool = True,
     on_settle: Callable[[str, Completion], None] | None = None,
 ) -> dict[str, float]:
-    """Run every request of ``job`` on both sides (``backends`` by side), wave by wave in
-    :func:`harness.measure.pairing.schedule`'s order, the side out of its window paused
-    (a started server's processes stopped); returns each side's generation seconds.
+    """Run every request of ``job`` on both sides (``backends`` by side), window by window
+    (``job.window`` requests) in :func:`harness.measure.pairing.schedule`'s order, the side
+    out of its window paused (a started server's processes stopped); returns each side's
+    generation seconds. Both sides of a window get the same load (open-loop: the same
+    arrival draws, seeded by the job's seed and the window).
 
     ``settle``: one unrecorded short request on the backend switched to before its wave,
     its completion passed to ``on_settle(side, completion)``.
@@ -302,9 +315,10 @@ def interleave(
     params, short = job.sampling_params(), job.sampling_params(min(WARMUP_TOKENS, job.max_tokens))
     seconds = dict.fromkeys(backends, 0.0)
     done = on_settle or (lambda side, completion: None)
-    load, last = Load(job.info.concurrency), None
+    last = None
     try:
-        for side, ids in pairing.schedule(len(prompts), job.info.concurrency, pattern):
+        for side, ids in pairing.schedule(len(prompts), job.window, pattern):
+            load = replace(job.load, seed=job.load.seed + ids.start // job.window)
             if side != last:  # the other side spends nothing in this side's window
                 for other in backends.keys() - {side}:
                     backends[other].pause()
