@@ -68,7 +68,8 @@ def job_name(cfg: Any) -> str:
     """Readable, unique-per-sweep name: ``<variant>-<dataset>-k<K>-c<conc>-s<seed>-t<temp>-n<limit>``,
     plus the backend's part (``-server`` on a server), ``-rps<rate>`` for open-loop arrivals,
     ``-ks<schedule>`` for a K schedule, ``-a<length>`` for a synthetic acceptance length,
-    ``-i<N>`` for N engine instances and ``-r<repeat>`` for repeats after the first."""
+    ``-i<N>`` for N engine instances, ``-w<N>`` for a pair window and ``-r<repeat>`` for
+    repeats after the first."""
     limit = "all" if cfg.limit is None else cfg.limit
     ranges = cfg.spec.k_schedule if cfg.spec.k > 0 else None
     load = backends.of(cfg).run_name
@@ -77,6 +78,7 @@ def job_name(cfg: Any) -> str:
     synthetic = cfg.spec.synthetic_acceptance_length if cfg.spec.k > 0 else None
     load += "" if synthetic is None else f"-a{synthetic:g}"
     load += f"-i{cfg.instances}" if cfg.instances > 1 else ""
+    load += "" if cfg.pair_window is None else f"-w{cfg.pair_window}"
     repeat = f"-r{cfg.repeat}" if cfg.repeat else ""
     return (
         f"{cfg.variant.name}-{cfg.dataset.name}-k{cfg.spec.k}-c{cfg.concurrency}{load}"

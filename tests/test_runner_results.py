@@ -92,6 +92,10 @@ def test_job_name_is_readable_and_names_every_job_axis():
     )
     served = compose_config(["backend=server", "request_rate=2.5", "concurrency=8", "limit=5"])
     assert results.job_name(served) == "base-synth_easy-k0-c8-server-rps2.5-s0-t0-n5"
+    windowed = compose_config(
+        ["backend=server", "request_rate=2", "concurrency=8", "pair_window=16"]
+    )
+    assert results.job_name(windowed) == "base-synth_easy-k0-c8-server-rps2-w16-s0-t0-n30"
 
 
 def test_config_hash_ignores_where_results_go_force_and_the_slo_but_not_the_job():
