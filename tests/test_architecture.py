@@ -279,3 +279,76 @@ def test_one_module_expands_the_sweep_grid():
     ]
     assert not found, found
     assert calls(modules["harness.grid"])  # it sees them
+
+
+def _trainers() -> set[str]:
+    """The modules of ``train/`` that train a family (its ``trained_by``)."""
+    from harness import speculators
+
+    return {f.trained_by for f in speculators.FAMILIES.values() if f.trained_by}
+
+
+def _method_branches(path: Path) -> list[int]:
+    """Lines of ``path`` that compare with a method's name, or compare a ``method`` with
+    anything but None (``spec.method is not None``: whether there is a speculator)."""
+    from harness import speculators
+
+    def names_a_method(side: ast.expr) -> bool:
+        if isinstance(side, ast.Tuple | ast.List | ast.Set):  # ``in ("eagle3", ...)``
+            return any(names_a_method(element) for element in side.elts)
+        return isinstance(side, ast.Constant) and side.value in speculators.METHODS
+
+    def branches(node: ast.Compare) -> bool:
+        sides = (node.left, *node.comparators)
+        if any(names_a_method(side) for side in sides):
+            return True
+        methods = any(isinstance(side, ast.Attribute) and side.attr == "method" for side in sides)
+        return methods and not all(isinstance(op, ast.Is | ast.IsNot) for op in node.ops)
+
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Compare) and branches(node)
+    ]
+
+
+def test_only_a_family_and_its_trainer_branch_on_a_method():
+    """A family is asked (``harness.speculators.get``), never compared with a method name,
+    outside its module and its trainer."""
+    trainers = _trainers()
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in _modules().items()
+        if not name.startswith("harness.speculators") and name not in trainers
+        for line in _method_branches(path)
+    ]
+    assert not found, found
+    assert _method_branches(ROOT / "harness" / "speculators" / "__init__.py")  # it sees them
+
+
+def test_the_model_build_names_no_family():
+    """``train.build`` builds every trained family through its ``trained_by``: no method
+    name, nor a role or option named after one (``eagle3_cot``, ``cfg.eagle3``), in it."""
+    from harness import speculators
+
+    def family_names(path: Path) -> list[str]:
+        words = []
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Name):
+                words.append(node.id)
+            elif isinstance(node, ast.Attribute):
+                words.append(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                words.append(node.value)
+            elif isinstance(node, ast.alias):
+                words += node.name.split(".")
+        return [
+            word
+            for word in words
+            for method in speculators.METHODS
+            if word == method or word.startswith(f"{method}_")
+        ]
+
+    found = family_names(ROOT / "train" / "build.py")
+    assert not found, found
+    assert family_names(ROOT / "train" / "eagle3.py")  # it sees them

@@ -1,20 +1,28 @@
-"""The model pipeline: config resolution (fast) and a micro tiny world end to end (slow)."""
+"""The model pipeline: config resolution and each trained family's trainer asked (fast), and a
+micro tiny world end to end (slow)."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from harness import speculators
 from harness.config import ConfigError
+from harness.speculators.base import Speculator
+from train import build as pipeline
 from train.build import Experiment, check_no_leak
 from train.config import compose_train_config
+from train.steps import Built, TrainedTarget
 
 
 def test_qwen_experiment_resolves_lora_target_and_full_draft_on_cuda():
@@ -81,6 +89,60 @@ def test_bad_train_config_names_the_key(overrides, message):
 def test_a_training_row_that_is_an_eval_problem_is_refused():
     with pytest.raises(RuntimeError, match=r"1 evaluation problems in training data, e\.g\. p2"):
         check_no_leak([{"id": "p1"}, {"id": "p2"}], {"p2", "p3"}, "cot_train")
+
+
+def test_every_trained_family_names_a_trainer_with_one_build():
+    trained = {m: f.trained_by for m, f in speculators.FAMILIES.items() if f.trained_by}
+    assert {"draft_model", "eagle3"} <= set(trained)
+    for method, name in trained.items():
+        assert name.startswith("train."), (method, name)
+        trainer = importlib.import_module(name).build
+        assert list(inspect.signature(trainer).parameters) == ["target"], (method, name)
+    assert len(pipeline.trainers()) == len(trained)
+
+
+def test_the_build_asks_each_registered_family_for_its_models(tmp_path, monkeypatch):
+    """A family registered with a trainer of its own is built by ``train.build.run`` through
+    its ``trained_by``; a family with none is not asked."""
+    (tmp_path / "toy_trainer.py").write_text(
+        "ASKED = []\n"
+        "def build(target):\n"
+        "    ASKED.append(target)\n"
+        "    return {f'toy_{target.style}': f'{target.model.path}-toy'}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class Toy(Speculator):
+        method, what, trained_by = "toy", "a toy", "toy_trainer"
+
+    class Untrained(Speculator):
+        method, what = "untrained", "no trainer"
+
+    modules = [SimpleNamespace(__name__=m, FAMILY=f()) for m, f in (("t", Toy), ("u", Untrained))]
+    monkeypatch.setattr(speculators, "FAMILIES", speculators.register(modules))
+    sets = {
+        s: {"train": {"easy": [{"id": f"{s}1"}]}, "val": {"easy": [{"id": f"{s}2"}]}}
+        for s in ("cot", "cod")
+    }
+    monkeypatch.setattr(pipeline, "sft_sets", lambda cfg: sets)
+    monkeypatch.setattr(pipeline, "eval_ids", lambda cfg: set())
+    monkeypatch.setattr(
+        pipeline,
+        "train_model",
+        lambda role, parent, *args, **kw: Built(role, f"{parent.key}>{role}"),
+    )
+    built = pipeline.run(compose_train_config(["experiment=qwen2.5"]))  # hub bases: nothing read
+
+    toy = importlib.import_module("toy_trainer")
+    assert [t.style for t in toy.ASKED] == ["cot", "cod"]
+    for target in toy.ASKED:
+        assert isinstance(target, TrainedTarget)
+        assert target.model.path == f"target_{target.style}"
+        assert target.rows == sets[target.style]["train"]
+        assert target.base_draft.path == Experiment.load("qwen2.5").drafts["base"]
+        assert built[f"toy_{target.style}"] == f"target_{target.style}-toy"
+    assert set(built) == {"target_base", "draft_base", "target_cot", "target_cod", "toy_cot",
+                          "toy_cod"}  # fmt: skip
 
 
 MICRO = [

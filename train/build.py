@@ -1,4 +1,5 @@
-"""Build an experiment's models: base models, LoRA targets, distilled drafts.
+"""Build an experiment's models: base models, LoRA targets, then each trained speculator
+family's models of every target (its ``trained_by`` trainer: distilled drafts, EAGLE-3 heads).
 
     python -m train.build                                  # experiment=tiny, into models/tiny/
     python -m train.build experiment=tiny target.max_steps=50 threads=1
@@ -11,41 +12,25 @@ an interrupted training run resumes; the steps: docs/EXPERIMENTS.md.
 
 from __future__ import annotations
 
-import json
-import shutil
+import importlib
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.checks import command, config_vocab_size
+from harness import speculators
+from harness.checks import command
 from harness.config import ConfigError, compose_config
 from harness.data import synth
 from harness.data.datasets import load_problems
-from harness.files import atomic_dir, replace_dir, write_text
-from harness.manifest import (
-    Manifest,
-    build_key,
-    data_hash,
-    digest,
-    is_current,
-    read_manifest,
-    weights_digest,
-    write_manifest,
-)
-from harness.speculators.eagle3 import FAMILY as EAGLE3
-from train.config import STYLES, SFTSettings, TrainConfig, compose_train_config
+from harness.files import atomic_dir
+from harness.manifest import data_hash, digest, read_manifest
+from train.config import STYLES, TrainConfig, compose_train_config
 from train.data import DataLeakError
 from train.gguf import SOURCES, convert
+from train.steps import Built, TrainedTarget, flat, read_jsonl, train_model
 from train.teachers.synthetic import solutions
-
-
-@dataclass(frozen=True)
-class Built:
-    """A model ready to train from or to serve: a directory (or hub id) and its cache key."""
-
-    path: str
-    key: str
 
 
 @dataclass(frozen=True)
@@ -63,16 +48,6 @@ class Experiment:
 
 
 # ----------------------------------------------------------------------------- data
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    """Write ``rows`` atomically."""
-    write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
 def sft_sets(cfg: TrainConfig) -> dict[str, dict[str, dict[str, list[dict]]]]:
@@ -132,84 +107,7 @@ def check_no_leak(rows: list[dict], held_out: set[str], what: str) -> None:
         )
 
 
-# ----------------------------------------------------------------------------- steps
-
-
-def cached(
-    role: str, parent: Built, rows: list[dict], config: dict, out_dir: str
-) -> tuple[Built, bool]:
-    """The model ``out_dir`` trained from ``parent`` on ``rows`` with ``config`` (its cache
-    key), and whether a build with that key is already there."""
-    built = Built(str(out_dir), build_key(parent.key, data_hash(rows), config))
-    current = is_current(Path(out_dir), built.key)
-    if current:
-        print(f"[build] {role}: up to date ({out_dir})", flush=True)
-    return built, current
-
-
-def train_model(
-    role: str,
-    parent: Built,
-    rows: list[dict],
-    val_rows: list[dict] | None,
-    settings: SFTSettings,
-    out_dir: str,
-    cfg: TrainConfig,
-    vocab_size: int | None = None,
-    teacher: Built | None = None,
-) -> Built:
-    """SFT ``parent`` on ``rows`` into ``out_dir`` unless a build with the same key is there.
-
-    ``vocab_size`` pads the model's embeddings to that many rows; ``teacher`` is the model
-    whose distributions objective ``kl`` learns (see :func:`train.sft.sft`).
-    """
-    from train.merge import merge_lora
-    from train.sft import sft
-
-    # the thread count changes float reductions, so it is part of what a build is
-    config = asdict(settings) | {"threads": cfg.threads}
-    config |= {"vocab_size": vocab_size} if vocab_size else {}
-    teacher = teacher if settings.objective == "kl" else None
-    config |= {"teacher": teacher.key} if teacher else {}
-    built, current = cached(role, parent, rows, config, out_dir)
-    if current:
-        return built
-    key, out = built.key, Path(out_dir)
-    print(f"[build] {role}: training on {len(rows)} examples from {parent.path}", flush=True)
-    start = time.perf_counter()
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    work = Path(cfg.work_dir) / f"{role}-{key}"
-    trained = tmp if settings.lora is None else work / "adapter"
-    result = sft(
-        parent.path, rows, trained, settings, cfg, work, val_rows, vocab_size,
-        teacher.path if teacher else None,
-    )  # fmt: skip
-    if settings.lora is not None:  # fold the adapter into the parent's weights
-        merge_lora(parent.path, trained, tmp, cfg)
-    method = "lora" if settings.lora else "full"
-    manifest = Manifest(
-        role=role,
-        method=method,
-        trained_from=parent.path,
-        key=key,
-        data_hash=data_hash(rows),
-        config=config,
-        steps=result.steps,
-        final_loss=result.final_loss,
-        eval_loss=result.eval_loss,
-        train_seconds=round(result.train_seconds, 1),
-        examples=len(rows),
-        weights=weights_digest(tmp),
-    )
-    write_manifest(tmp, manifest)
-    replace_dir(tmp, out)
-    print(
-        f"[build] {role}: {result.steps} steps, loss {result.final_loss:.3f}, "
-        f"{time.perf_counter() - start:.0f} s -> {out}",
-        flush=True,
-    )
-    return Built(str(out), key)
+# ----------------------------------------------------------------------------- models
 
 
 def scratch_bases(
@@ -267,84 +165,12 @@ def scratch_bases(
     return bases[0], bases[1]
 
 
-def derived_draft(cfg: TrainConfig, target: Built) -> Built:
-    """``cfg.draft_layers`` layers of ``target`` (its first ones, then its last
-    ``cfg.draft_last_layers``), untrained as a draft (cached by key)."""
-    from train.derive import truncated
-
-    last = cfg.draft_last_layers
-    key = digest({"derived_from": target.key, "layers": cfg.draft_layers}
-                 | ({"last_layers": last} if last else {}))  # fmt: skip
-    out = Path(cfg.work_dir) / f"draft-init-{key}"
-    if not out.is_dir():
-        with atomic_dir(out) as tmp:
-            truncated(target.path, tmp, cfg.draft_layers, last)
-    return Built(str(out), key)
-
-
-def distilled(cfg: TrainConfig, target: Built, style: str, rows: list[dict]) -> list[dict]:
-    """The target's own greedy answers to ``rows``' prompts.
-
-    Cached per problem (by target, max_tokens and the row itself): one file per target
-    grows as larger sets are asked for, and only the rows it lacks are distilled.
-    """
-    from train.distil import distil_rows
-
-    key = build_key(target.key, "per-row", {"max_tokens": cfg.distil.max_tokens})
-    path = Path(cfg.work_dir) / f"distil-{style}-{key}.jsonl"
-    have = {row["row"]: row["answer"] for row in read_jsonl(path)} if path.is_file() else {}
-    ids = [data_hash([r]) for r in rows]
-    missing = list({i: r for i, r in zip(ids, rows, strict=True) if i not in have}.items())
-    if missing:
-        print(f"[build] distilling {len(missing)} answers of {target.path} "
-              f"({len(rows) - len(missing)} cached)", flush=True)  # fmt: skip
-        start = time.perf_counter()
-        engine = asdict(cfg.engine)
-        out, engine_start_s = distil_rows(
-            target.path, [r for _, r in missing], engine, cfg.distil.max_tokens
-        )
-        seconds = time.perf_counter() - start
-        print(f"[build] distilled in {seconds:.0f} s ({engine_start_s:.0f} s engine start)",
-              flush=True)  # fmt: skip
-        have |= {i: a for (i, _), a in zip(missing, out, strict=True)}
-        write_jsonl(path, [{"row": i, "answer": a} for i, a in have.items()])
-    return [have[i] for i in ids]
-
-
-def eagle3_head(
-    cfg: TrainConfig, role: str, target: Built, answers: list[dict], out_dir: str
-) -> Built:
-    """An EAGLE-3 head for ``target`` trained on its own ``answers`` into ``out_dir``, unless
-    a build with the same key is there (:mod:`train.eagle3`)."""
-    from train.eagle3 import train_head
-
-    config = asdict(cfg.eagle3) | {"threads": cfg.threads}
-    # which answers: in the key as their data hash; where the head goes is not what it is
-    del config["answers"], config["out_dir"]
-    built, current = cached(role, target, answers, config, out_dir)
-    if current:
-        return built
-    print(f"[build] {role}: training on {len(answers)} answers of {target.path}", flush=True)
-    start = time.perf_counter()
-    with atomic_dir(out_dir) as tmp:
-        result = train_head(target.path, answers, cfg.eagle3, tmp)
-        write_manifest(tmp, Manifest(
-            role=role, method=EAGLE3.method, trained_from=target.path, key=built.key,
-            data_hash=data_hash(answers), config=config, steps=result.steps,
-            final_loss=result.final_loss, eval_loss=None,
-            train_seconds=round(result.train_seconds, 1), examples=len(answers),
-            weights=weights_digest(tmp), eval_accuracy=[round(a, 4) for a in result.accuracy],
-        ))  # fmt: skip
-    accuracy = ", ".join(f"{a:.2f}" for a in result.accuracy)
-    print(f"[build] {role}: {result.steps} steps, loss {result.final_loss:.3f}, held-back "
-          f"accuracy per draft step {accuracy}, {time.perf_counter() - start:.0f} s -> {out_dir}",
-          flush=True)  # fmt: skip
-    return built
-
-
-def flat(by_difficulty: dict[str, list[dict]], cap: int | None = None) -> list[dict]:
-    """The rows of every difficulty, at most ``cap`` of each."""
-    return [r for rows in by_difficulty.values() for r in rows[:cap]]
+def trainers() -> list[Callable[[TrainedTarget], dict[str, str]]]:
+    """The ``build`` of every trained family's trainer (its ``trained_by`` module), in the
+    registry's order; a family with no trainer (model-free, or checkpoints made elsewhere) is
+    not built here."""
+    families = speculators.FAMILIES.values()
+    return [importlib.import_module(f.trained_by).build for f in families if f.trained_by]
 
 
 def run(cfg: TrainConfig) -> dict[str, str]:
@@ -375,6 +201,7 @@ def run(cfg: TrainConfig) -> dict[str, str]:
         base_draft = _pretrained(exp.drafts["base"])
     built = {"target_base": base_target.path}
     built |= {"draft_base": base_draft.path} if base_draft else {}
+    builds = trainers()
     for style in cfg.styles:
         train_rows, val_rows = flat(sets[style]["train"]), flat(sets[style]["val"])
         target = train_model(
@@ -386,25 +213,10 @@ def run(cfg: TrainConfig) -> dict[str, str]:
             exp.targets[style],
             cfg,
         )
-        answers = distilled(cfg, target, style, flat(sets[style]["train"], cfg.distil.max_problems))
-        draft = train_model(
-            f"draft_{style}",
-            derived_draft(cfg, target) if cfg.draft_layers else base_draft,
-            answers,
-            None,
-            cfg.draft,
-            exp.drafts[style],
-            cfg,
-            vocab_size=config_vocab_size(target.path),
-            teacher=target,
-        )
-        built |= {f"target_{style}": target.path, f"draft_{style}": draft.path}
-        if cfg.eagle3 is not None:
-            role = f"eagle3_{style}"
-            cap = cfg.eagle3.answers or cfg.distil.max_problems  # the drafts' answers: cached
-            rows = distilled(cfg, target, style, flat(sets[style]["train"], cap))
-            out = f"{cfg.eagle3.out_dir}/{role}" if cfg.eagle3.out_dir else exp.drafts[role]
-            built[role] = eagle3_head(cfg, role, target, rows, out).path
+        built[f"target_{style}"] = target.path
+        trained = TrainedTarget(cfg, style, target, sets[style]["train"], exp.drafts, base_draft)
+        for build in builds:
+            built |= build(trained)
     return built
 
 

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.files import atomic_dir
+from harness.manifest import digest
+from train.config import TrainConfig
+from train.steps import Built
+
 
 def truncated(model_dir: str | Path, out_dir: str | Path, num_layers: int, last: int = 0) -> Path:
     """Save ``num_layers`` decoder layers of ``model_dir`` (with its embeddings, final norm,
@@ -42,3 +47,16 @@ def truncated(model_dir: str | Path, out_dir: str | Path, num_layers: int, last:
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(model_dir)).save_pretrained(out)
     return out
+
+
+def derived_draft(cfg: TrainConfig, target: Built) -> Built:
+    """``cfg.draft_layers`` layers of ``target`` (its first ones, then its last
+    ``cfg.draft_last_layers``), untrained as a draft (cached by key)."""
+    last = cfg.draft_last_layers
+    key = digest({"derived_from": target.key, "layers": cfg.draft_layers}
+                 | ({"last_layers": last} if last else {}))  # fmt: skip
+    out = Path(cfg.work_dir) / f"draft-init-{key}"
+    if not out.is_dir():
+        with atomic_dir(out) as tmp:
+            truncated(target.path, tmp, cfg.draft_layers, last)
+    return Built(str(out), key)

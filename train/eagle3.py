@@ -4,18 +4,24 @@ A head is speculators' ``Eagle3DraftModel`` (one decoder layer over the target's
 middle and high hidden states and the embedding of the token just emitted), trained with
 EAGLE-3's training-time test in a small CPU loop around that class (speculators' trainer
 assumes CUDA); ``save_pretrained`` writes the format vLLM loads. Options: docs/USAGE.md.
+:func:`build` is the trainer of :mod:`harness.speculators.eagle3` (its ``trained_by``).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError
-from train.config import Eagle3Settings
+from harness.files import atomic_dir
+from harness.manifest import Manifest, data_hash, weights_digest, write_manifest
+from harness.speculators.eagle3 import FAMILY
+from train.config import Eagle3Settings, TrainConfig
+from train.distil import distilled
+from train.steps import Built, TrainedTarget, cached, flat
 
 
 @dataclass(frozen=True)
@@ -233,3 +239,44 @@ def train_head(
     seconds = time.perf_counter() - start
     head.save_pretrained(str(out_dir))
     return HeadResult(settings.max_steps, loss, accuracy(head, val, settings.ttt_steps), seconds)
+
+
+def built_head(
+    cfg: TrainConfig, role: str, target: Built, answers: list[dict], out_dir: str
+) -> Built:
+    """An EAGLE-3 head for ``target`` trained on its own ``answers`` into ``out_dir``, unless
+    a build with the same key is there."""
+    config = asdict(cfg.eagle3) | {"threads": cfg.threads}
+    # which answers: in the key as their data hash; where the head goes is not what it is
+    del config["answers"], config["out_dir"]
+    built, current = cached(role, target, answers, config, out_dir)
+    if current:
+        return built
+    print(f"[build] {role}: training on {len(answers)} answers of {target.path}", flush=True)
+    start = time.perf_counter()
+    with atomic_dir(out_dir) as tmp:
+        result = train_head(target.path, answers, cfg.eagle3, tmp)
+        write_manifest(tmp, Manifest(
+            role=role, method=FAMILY.method, trained_from=target.path, key=built.key,
+            data_hash=data_hash(answers), config=config, steps=result.steps,
+            final_loss=result.final_loss, eval_loss=None,
+            train_seconds=round(result.train_seconds, 1), examples=len(answers),
+            weights=weights_digest(tmp), eval_accuracy=[round(a, 4) for a in result.accuracy],
+        ))  # fmt: skip
+    per_step = ", ".join(f"{a:.2f}" for a in result.accuracy)
+    print(f"[build] {role}: {result.steps} steps, loss {result.final_loss:.3f}, held-back "
+          f"accuracy per draft step {per_step}, {time.perf_counter() - start:.0f} s -> {out_dir}",
+          flush=True)  # fmt: skip
+    return built
+
+
+def build(target: TrainedTarget) -> dict[str, str]:
+    """The head of ``target``, ``eagle3_<style>``, when the train config has ``eagle3``."""
+    cfg = target.cfg
+    if cfg.eagle3 is None:
+        return {}
+    role = f"eagle3_{target.style}"
+    cap = cfg.eagle3.answers or cfg.distil.max_problems  # the drafts' answers: cached
+    rows = distilled(cfg, target.model, target.style, flat(target.rows, cap))
+    out = f"{cfg.eagle3.out_dir}/{role}" if cfg.eagle3.out_dir else target.drafts[role]
+    return {role: built_head(cfg, role, target.model, rows, out).path}

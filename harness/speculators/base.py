@@ -25,7 +25,9 @@ class Speculator:
     samples_drafts: ClassVar[bool] = True  # takes ``spec.draft_sample_method``
     timed_as_target: ClassVar[bool] = False  # its checkpoint is calibrated alone (its c)
     unbuilt_layers: ClassVar[int | None] = None  # a checkpoint not built yet: target layers
-    trained_by: ClassVar[str | None] = None  # the ``train`` module ``make models`` builds it with
+    # the module of ``train/`` whose ``build`` makes its checkpoints in ``make models``
+    # (its interface: ``train.steps``); None: model-free, or its checkpoints are made elsewhere
+    trained_by: ClassVar[str | None] = None
 
     def options(self, spec: Any) -> dict[str, Any]:
         """The family's own keys of ``speculative_config`` from the ``spec`` config group."""

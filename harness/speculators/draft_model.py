@@ -60,7 +60,7 @@ class DraftModel(Speculator):
     method = "draft_model"
     what = "a draft model sharing the target's tokenizer"
     timed_as_target = True
-    trained_by = "train.sft"
+    trained_by = "train.draft_model"
 
     def plan_check(
         self, target: str, draft: str | None, target_config: dict | None = None
