@@ -39,7 +39,7 @@ def after_switch(pattern: str, n: int) -> dict[str, list[bool]]:
 
     flags: dict[str, list[bool]] = {pairing.JOB: [False] * n, pairing.BASELINE: [False] * n}
     last = None
-    for side, ids in pairing.schedule(n, 1, pattern):
+    for side, ids in pairing.turns(n, 1, pattern):
         flags[side][ids[0]] = last is not None and side != last
         last = side
     return flags

@@ -2,7 +2,7 @@
 
 One expansion, Hydra's basic sweeper's (a list of values is one axis; a later override of a
 key replaces an earlier one), for the sweeper, the calibration and the sweep directories a
-multirun writes (:func:`harness.results.sweep_dirs`).
+multirun writes (:func:`harness.results.written_sweeps`).
 """
 
 from __future__ import annotations

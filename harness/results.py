@@ -95,7 +95,7 @@ def sweep_dir(cfg: Any) -> Path:
 LOCATION_KEYS = ("results_dir", "sweep", "experiment")
 
 
-def sweep_dirs(overrides: Sequence[str]) -> list[Path]:
+def written_sweeps(overrides: Sequence[str]) -> list[Path]:
     """``<results_dir>/<sweep>`` of each sweep ``python -m harness -m <overrides>`` writes.
 
     Only :data:`LOCATION_KEYS` count (a list of values gives one directory per value);

@@ -207,9 +207,9 @@ def _slo(overrides: list[str]) -> dict[str, float | None]:
 
 def _written_sweeps(overrides: list[str]) -> tuple[Path, list[str]]:
     """The results_dir and sweep names a harness multirun with ``overrides`` writes."""
-    from harness.results import sweep_dirs
+    from harness.results import written_sweeps
 
-    dirs = sweep_dirs(overrides)
+    dirs = written_sweeps(overrides)
     roots = sorted({str(d.parent) for d in dirs})
     if len(roots) > 1:
         raise ValueError(f"results_dir={','.join(roots)}: one report reads one results_dir")

@@ -74,7 +74,7 @@ class RunError(Exception):
     """A complete run the report cannot use; the message is the reason."""
 
 
-def sweep_paths(results_dir: Path, sweeps: list[str] | None = None) -> list[Path]:
+def stored_sweeps(results_dir: Path, sweeps: list[str] | None = None) -> list[Path]:
     """The sweep directories under ``results_dir`` to read: all of them, or the named ones.
 
     Raises:
@@ -215,7 +215,7 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
     Raises:
         ValueError: a named sweep does not exist.
     """
-    sweeps_read = sweep_paths(Path(results_dir), sweeps)
+    sweeps_read = stored_sweeps(Path(results_dir), sweeps)
     jobs = job_dirs(sweeps_read)
     with ThreadPoolExecutor(threads) as pool:
         read = list(pool.map(_read_job, jobs))

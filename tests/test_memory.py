@@ -115,17 +115,15 @@ def test_a_visible_gpu_replaces_the_configured_size(tmp_path):
 
 def test_unbuilt_models_take_their_base_architecture_and_cpu_is_not_checked(tmp_path):
     cfg = compose_config(["experiment=qwen2.5", "variant=cot_sd", "spec.k=3"])
-    est = memory.preflight(EngineSpec.from_config(cfg), 1, (TARGET, DRAFT))
+    est = memory.fit(EngineSpec.from_config(cfg), 1, (TARGET, DRAFT))
     assert f"as {TARGET}" in est.basis and f"as {DRAFT}" in est.basis
     cpu = compose_config(["variant=cot_sd", "spec.k=3"])
-    assert memory.preflight(EngineSpec.from_config(cpu), 1) == (
-        "memory check skipped: engine.device=cpu"
-    )
+    assert memory.fit(EngineSpec.from_config(cpu), 1) == ("memory check skipped: engine.device=cpu")
 
 
 def test_unknown_hub_model_skips_the_memory_check(hub_cache):
     cfg = compose_config(["experiment=qwen2.5", "models.targets.base=org/unknown-model"])
-    note = memory.preflight(EngineSpec.from_config(cfg), 1)
+    note = memory.fit(EngineSpec.from_config(cfg), 1)
     assert note == "memory check skipped: no local or cached config.json for org/unknown-model"
 
 

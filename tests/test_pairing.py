@@ -15,10 +15,10 @@ def _flat(plan: list[tuple[str, range]]) -> str:
 
 
 def test_abba_waves_cover_every_problem_once_per_side_in_order():
-    assert _flat(pairing.schedule(5, 2)) == "A01 B01 B23 A23 A4 B4"
-    assert _flat(pairing.schedule(3, 1, "AB")) == "A0 B0 A1 B1 A2 B2"
+    assert _flat(pairing.turns(5, 2)) == "A01 B01 B23 A23 A4 B4"
+    assert _flat(pairing.turns(3, 1, "AB")) == "A0 B0 A1 B1 A2 B2"
     for n, wave in ((0, 1), (7, 3), (40, 1), (41, 4)):
-        plan = pairing.schedule(n, wave)
+        plan = pairing.turns(n, wave)
         for side in (pairing.JOB, pairing.BASELINE):
             done = [i for s, ids in plan if s == side for i in ids]
             assert done == list(range(n))
@@ -26,7 +26,7 @@ def test_abba_waves_cover_every_problem_once_per_side_in_order():
 
 @pytest.mark.parametrize("waves", [4, 40])
 def test_each_side_goes_first_and_follows_a_switch_equally_often(waves):
-    plan = pairing.schedule(waves, 1)
+    plan = pairing.turns(waves, 1)
     first = {s: 0 for s in (pairing.JOB, pairing.BASELINE)}
     switched = dict(first)
     for i, (side, _) in enumerate(plan):
@@ -39,7 +39,7 @@ def test_each_side_goes_first_and_follows_a_switch_equally_often(waves):
 @pytest.mark.parametrize("args", [(3, 0, "ABBA"), (3, 1, "ABB"), (3, 1, "AABB"), (-1, 1, "AB")])
 def test_a_bad_schedule_is_refused(args):
     with pytest.raises(ValueError):
-        pairing.schedule(*args)
+        pairing.turns(*args)
 
 
 def test_join_carries_the_baselines_timing_and_refuses_other_problems():

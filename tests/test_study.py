@@ -292,7 +292,7 @@ def test_check_passes_on_a_copy_anywhere_and_lists_every_difference(made, tmp_pa
 
 def test_raw_runs_are_compacted_and_read_back_complete(made):
     out = made
-    for job in load.job_dirs(load.sweep_paths(out / folder.RAW)):
+    for job in load.job_dirs(load.stored_sweeps(out / folder.RAW)):
         summary = results.complete_summary(job)  # the recorded sha256 is the copy's
         assert summary["compacted"]["dropped_columns"] == list(raw.DROPPED)
         assert summary["compacted"]["original_requests_sha256"] != summary["requests_sha256"]

@@ -212,7 +212,7 @@ def visible_gpu_gb() -> float | None:
     return torch.cuda.get_device_properties(0).total_memory / GB
 
 
-def preflight(
+def fit(
     spec: Any, concurrency: int, bases: tuple[str | None, str | None] = (None, None)
 ) -> Estimate | str:
     """The estimate of an engine spec at ``concurrency`` (checked against its GPU), or a

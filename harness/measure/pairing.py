@@ -1,7 +1,7 @@
 """Interleaved pairing: the order in which a job's engine (side A) and its baseline engine
 (side B; at K = 0 a second instance of the same engine, the A/A check) receive the same
-problems, wave by wave in the order of :data:`PATTERN` with a short unrecorded request
-(``settle``) before each switch's first wave, and the join of the two sides' records
+problems, window by window in the order of :data:`PATTERN` (:func:`turns`) with a short
+unrecorded request (``settle``) before each switch's first window, and the join of the two sides' records
 (:func:`join`). Definitions: docs/METRICS.md; what it was measured to do: docs/PAIRING.md.
 """
 
@@ -16,17 +16,17 @@ JOB, BASELINE = "A", "B"
 PATTERN = "ABBA"
 
 
-def schedule(n: int, wave: int, pattern: str = PATTERN) -> list[tuple[str, range]]:
-    """(side, problem indices) in run order: ``n`` problems in waves of ``wave``, the sides
-    of wave w in the order of ``pattern``'s pair w (mod its length / 2)."""
-    if n < 0 or wave < 1 or len(pattern) % 2 or set(pattern) != {JOB, BASELINE}:
-        raise ValueError(f"schedule({n}, {wave}, {pattern!r}): bad arguments")
+def turns(n: int, window: int, pattern: str = PATTERN) -> list[tuple[str, range]]:
+    """(side, problem indices) in run order: ``n`` problems in windows of ``window``, the
+    sides of window w in the order of ``pattern``'s pair w (mod its length / 2)."""
+    if n < 0 or window < 1 or len(pattern) % 2 or set(pattern) != {JOB, BASELINE}:
+        raise ValueError(f"turns({n}, {window}, {pattern!r}): bad arguments")
     pairs = [pattern[i : i + 2] for i in range(0, len(pattern), 2)]
     if any(sorted(p) != [JOB, BASELINE] for p in pairs):
         raise ValueError(f"pattern {pattern!r}: each pair of letters must be AB or BA")
     out = []
-    for w, start in enumerate(range(0, n, wave)):
-        ids = range(start, min(start + wave, n))
+    for w, start in enumerate(range(0, n, window)):
+        ids = range(start, min(start + window, n))
         out += [(side, ids) for side in pairs[w % len(pairs)]]
     return out
 

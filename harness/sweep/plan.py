@@ -80,7 +80,7 @@ def spec_lines(spec: EngineSpec, cfgs: list[Any]) -> list[str]:
     lines += [f"  env {key}={value}" for key, value in spec.env().items()]
     lines += [f"  note: {m} does not exist yet (build it before the sweep)" for m in _missing(spec)]
     concurrency = max(c.concurrency for c in cfgs)
-    est = memory.preflight(spec, concurrency, _bases(cfgs[0]))
+    est = memory.fit(spec, concurrency, _bases(cfgs[0]))
     if isinstance(est, str):
         lines.append(f"  {est}")
     else:

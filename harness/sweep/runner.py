@@ -155,7 +155,7 @@ def choose_engines(cfg: Any, bases: tuple[str | None, str | None] = (None, None)
         return Engines(spec, None, why)
     pair = (spec.sharing(2), EngineSpec.baseline(cfg).sharing(2))
     try:
-        estimates = tuple(memory.preflight(s, cfg.concurrency, bases) for s in pair)
+        estimates = tuple(memory.fit(s, cfg.concurrency, bases) for s in pair)
     except ConfigError as exc:
         return Engines(spec, None, f"the pair does not fit ({exc})")
     return Engines(*pair, estimates=estimates)
@@ -172,7 +172,7 @@ def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
     if engines.alone:
         print(f"pairing=interleaved: {engines.alone}; running the job alone (pairing=sequential)")
     if engines.baseline is None:
-        memory.preflight(engines.spec, cfg.concurrency)
+        memory.fit(engines.spec, cfg.concurrency)
     return engines.spec, engines.baseline
 
 
@@ -303,7 +303,7 @@ def interleave(
     on_settle: Callable[[str, Completion], None] | None = None,
 ) -> dict[str, float]:
     """Run every request of ``job`` on both sides (``backends`` by side), window by window
-    (``job.window`` requests) in :func:`harness.measure.pairing.schedule`'s order, the side
+    (``job.window`` requests) in :func:`harness.measure.pairing.turns`'s order, the side
     out of its window paused (a started server's processes stopped); returns each side's
     generation seconds. Both sides of a window get the same load (open-loop: the same
     arrival draws, seeded by the job's seed and the window).
@@ -317,7 +317,7 @@ def interleave(
     done = on_settle or (lambda side, completion: None)
     last = None
     try:
-        for side, ids in pairing.schedule(len(prompts), job.window, pattern):
+        for side, ids in pairing.turns(len(prompts), job.window, pattern):
             load = replace(job.load, seed=job.load.seed + ids.start // job.window)
             if side != last:  # the other side spends nothing in this side's window
                 for other in backends.keys() - {side}:
