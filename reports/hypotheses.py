@@ -23,6 +23,8 @@ HYPOTHESES = {
 }
 RATIO = {r.name: r for r in aggregate.RATIOS}
 NO_EFFECT = "no detectable effect"  # a speedup whose widened interval includes 1
+UNTESTABLE = "untestable"  # the inputs cannot carry the comparison (RULES, "Untestable")
+MAX_CUT = 0.2  # a side with a larger share of answers cut at the token limit is not compared
 RULES = f"""\
 Each comparison is a paired bootstrap over the problems both sides answered, on the
 headline rows (lowest concurrency; K = 0, or a draft variant's best K).
@@ -43,7 +45,23 @@ headline rows (lowest concurrency; K = 0, or a draft variant's best K).
    -{MINIMAL_LOSS} ("minimal loss"); refuted when the token ratio's CI is above 1 or the
    accuracy difference's CI is below -{MINIMAL_LOSS}.
 
-Anything else is inconclusive; "mixed" means the comparisons disagree."""
+Untestable: the inputs cannot carry the comparison; the evidence says why.
+- Accuracy (hypotheses 1 and 3, and 2's accuracy side) is not compared when it is 0 on
+  both sides or 1 on both, over the problems both answered: no room to differ.
+- Neither accuracy nor tokens (hypothesis 3) is compared when more than {MAX_CUT:.0%} of
+  either side's answers were cut at the token limit (finish reason "length"): a cut answer
+  is graded and counted on the text the limit ended, and past one in five the limit, not
+  the model, sets the side's accuracy and length. Runs recorded without a finish reason
+  are not judged cut.
+- An interleaved speedup without its target's A/A row (K = 0, interleaved) in the same
+  sweep and dataset has no noise floor and is not judged: "no A/A in this sweep".
+  Sequential rows have no A/A by design; they are judged without that floor, and their
+  evidence says so.
+
+A refutation that a comparable side carries stands; otherwise a comparison with a side
+that cannot be compared is untestable, whatever its intervals say.
+
+Anything else is inconclusive; "mixed" means the comparisons the data can carry disagree."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +73,7 @@ class Verdict:
     dataset: str
     comparison: str
     evidence: str
-    verdict: str  # supported | refuted | inconclusive | no detectable effect
+    verdict: str  # supported | refuted | inconclusive | no detectable effect | untestable
 
     def to_row(self) -> dict[str, object]:
         """Flat dict for the verdict table."""
@@ -67,8 +85,49 @@ def _ci(x: tuple[float, float, float], digits: int = 3, signed: bool = False) ->
     return f"{f.format(x[0])} [{f.format(x[1])}, {f.format(x[2])}]"
 
 
-def _judge(support: bool, refute: bool) -> str:
-    return "refuted" if refute else "supported" if support else "inconclusive"
+def _judge(support: bool, refute: bool, untestable: str = "") -> str:
+    """``refute`` holds only the refutations of sides the data can carry; ``untestable``
+    says why a side cannot be compared ("" when every side can)."""
+    return (
+        "refuted" if refute else UNTESTABLE if untestable else
+        "supported" if support else "inconclusive"
+    )  # fmt: skip
+
+
+def _shared(x: pd.DataFrame, y: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The answered requests of both sides on the problems both answered."""
+    x, y = aggregate.answered(x), aggregate.answered(y)
+    both = np.intersect1d(x["problem_id"], y["problem_id"])
+    return x[x["problem_id"].isin(both)], y[y["problem_id"].isin(both)]
+
+
+def _flat(x: pd.DataFrame, y: pd.DataFrame) -> str:
+    """Why the accuracy of ``x`` and ``y`` cannot differ: 0 on both, or 1 on both ("" else)."""
+    acc = {float(s["correct"].astype(float).mean()) for s in _shared(x, y)}
+    if len(acc) == 1 and acc <= {0.0, 1.0}:
+        return f"accuracy {acc.pop():.0f} on both sides (no room to differ)"
+    return ""
+
+
+def _cut(sides: dict[str, pd.DataFrame]) -> str:
+    """Which of two named request sets had more than :data:`MAX_CUT` of the answers of
+    their shared problems cut at the token limit ("" if neither; requests without a
+    finish reason, recorded before it was, are not judged)."""
+    out = []
+    for name, side in zip(sides, _shared(*sides.values()), strict=True):
+        finish = side.get("finish_reason", pd.Series(dtype=object))
+        share = (finish == "length").sum() / max(finish.notna().sum(), 1)
+        if share > MAX_CUT:
+            out.append(f"{share:.0%} of {name} answers cut at the token limit")
+    return "; ".join(out)
+
+
+def _why(*reasons: str) -> str:
+    return "; ".join(r for r in reasons if r)
+
+
+def _untestable(why: str) -> str:
+    return f"; untestable: {why}" if why else ""
 
 
 class _Contrasts:
@@ -90,15 +149,26 @@ def _fine_tuning(rows: pd.DataFrame, contrast: _Contrasts) -> list[tuple[str, st
     out = []
     for _, b in base.iterrows():
         for _, v in plain[plain["target_role"] != BASE_TARGET].iterrows():
-            d = contrast(contrast.of(b), contrast.of(v), "accuracy", "difference")
+            x, y = contrast.of(b), contrast.of(v)
+            d = contrast(x, y, "accuracy", "difference")
+            why = _why(_flat(x, y), _cut({b["variant"]: x, v["variant"]: y}))
             evidence = f"accuracy {v['accuracy']:.3f} vs {b['accuracy']:.3f}: {_ci(d, signed=True)}"
-            out.append((f"{v['variant']} vs {b['variant']}", evidence, _judge(d[1] > 0, d[2] < 0)))
+            verdict = _judge(d[1] > 0, not why and d[2] < 0, why)
+            out.append((f"{v['variant']} vs {b['variant']}", evidence + _untestable(why), verdict))
     return out
 
 
 def half(problem_ids: pd.Series) -> np.ndarray:
     """0 or 1 per problem, from a hash of its id: the choosing and the held-out half."""
     return np.array([zlib.crc32(str(p).encode()) % 2 for p in problem_ids], dtype=int)
+
+
+def _a_a(table: pd.DataFrame, row: pd.Series) -> float:
+    """The A/A speedup of ``row``'s target: the TPOT speedup of the interleaved K = 0 row
+    of its baseline in ``table`` (NaN when there is none)."""
+    aa = aggregate.select(table, row, aggregate.BASELINE)
+    aa = aa[(aa["k"] == 0) & (aa["pairing"] == "interleaved")]["speedup_tpot"].dropna()
+    return float(aa.iloc[0]) if len(aa) else np.nan
 
 
 def noise_floor(table: pd.DataFrame, row: pd.Series) -> tuple[float, float, str]:
@@ -113,13 +183,10 @@ def noise_floor(table: pd.DataFrame, row: pd.Series) -> tuple[float, float, str]
         mid = row["speedup_tpot_repeat_median"]
         low, high = row["speedup_tpot_repeat_min"] / mid, row["speedup_tpot_repeat_max"] / mid
         said.append(f"repeats {low:.2f}-{high:.2f}x")
-    if row.get("pairing") == "interleaved":
-        aa = aggregate.select(table, row, aggregate.BASELINE)
-        aa = aa[(aa["k"] == 0) & (aa["pairing"] == "interleaved")]["speedup_tpot"].dropna()
-        if len(aa):
-            e = float(abs(aa.iloc[0] - 1))
-            low, high = low / (1 + e), high * (1 + e)
-            said.append(f"A/A {aa.iloc[0]:.3f}")
+    aa = _a_a(table, row) if row.get("pairing") == "interleaved" else np.nan
+    if not np.isnan(aa):
+        low, high = low / (1 + abs(aa - 1)), high * (1 + abs(aa - 1))
+        said.append(f"A/A {aa:.3f}")
     drifts = [row.get("reference_drift")]
     if row.get("pairing") != "interleaved" and "reference_drift" in table:
         base = aggregate.select(table, row, aggregate.BASELINE)
@@ -131,12 +198,22 @@ def noise_floor(table: pd.DataFrame, row: pd.Series) -> tuple[float, float, str]
     return low, high, ", ".join(said)
 
 
+def _label(v: pd.Series, k: int) -> str:
+    return f"{v['variant']} (K={k}) vs {v['target_role']} target (K=0)"
+
+
 def _speculation(
     rows: pd.DataFrame, table: pd.DataFrame, contrast: _Contrasts
 ) -> list[tuple[str, str, str]]:
     config = [c for c in aggregate.GROUP if c not in ("k", "pairing")]
     out = []
     for _, v in rows[rows["draft"] != "none"].iterrows():
+        if v["pairing"] == "interleaved" and np.isnan(_a_a(table, v)):
+            s = (v["speedup_tpot"], v["speedup_tpot_lo"], v["speedup_tpot_hi"])
+            evidence = (f"TPOT speedup {_ci(s, 2)} (interleaved, the best K on all problems)"
+                        "; untestable: no A/A in this sweep")  # fmt: skip
+            out.append((_label(v, v["k"]), evidence, UNTESTABLE))
+            continue
         base = contrast.of(v, aggregate.BASELINE)
         base = base[base["k"] == 0]
         ks = aggregate.select(table, v, tuple(config))
@@ -165,21 +242,23 @@ def _speculation(
         wide = (s[0], s[1] * low, s[2] * high)
         tried = ", ".join(f"K={x}: {chosen[x]:.2f}" for x in chosen)
         where = "held-out half" if split else "same problems (too few to split)"
+        pairing = "interleaved" if paired else f"{row['pairing']}: no A/A floor"
         evidence = (f"best K={k} on the choosing half ({tried}); on the {where}: TPOT "
-                    f"speedup {_ci(s, 2)} ({row['pairing']}")  # fmt: skip
+                    f"speedup {_ci(s, 2)} ({pairing}")  # fmt: skip
         evidence += f"; widened by {noise}: [{wide[1]:.2f}, {wide[2]:.2f}])" if noise else ")"
-        evidence += f", accuracy {_ci(d, signed=True)}"
+        why = _why(_flat(test, y), _cut({"K=0": test, f"K={k}": y}))
+        evidence += f", accuracy {_ci(d, signed=True)}" + _untestable(why)
         if not chosen[k] > 1:
             evidence = "no K beats K=0: " + evidence
-        if d[2] < 0 or wide[2] < 1:
+        if (not why and d[2] < 0) or wide[2] < 1:
             verdict = "refuted"
+        elif why:
+            verdict = UNTESTABLE
         elif wide[1] <= 1:
             verdict = NO_EFFECT
         else:
             verdict = "supported" if d[2] >= 0 else "inconclusive"
-        out.append(
-            (f"{v['variant']} (K={k}) vs {v['target_role']} target (K=0)", evidence, verdict)
-        )
+        out.append((_label(v, k), evidence, verdict))
     return out
 
 
@@ -191,8 +270,11 @@ def _chain_of_draft(rows: pd.DataFrame, contrast: _Contrasts) -> list[tuple[str,
             x, y = contrast.of(cot), contrast.of(cod)
             t = contrast(x, y, "output_tokens", "ratio")
             d = contrast(x, y, "accuracy", "difference")
-            evidence = f"tokens x{_ci(t, 2)}; accuracy {_ci(d, signed=True)}"
-            verdict = _judge(t[2] < 1 and d[1] >= -MINIMAL_LOSS, t[1] > 1 or d[2] < -MINIMAL_LOSS)
+            capped = _cut({cot["variant"]: x, cod["variant"]: y})
+            why = _why(_flat(x, y), capped)
+            evidence = f"tokens x{_ci(t, 2)}; accuracy {_ci(d, signed=True)}" + _untestable(why)
+            refute = (not capped and t[1] > 1) or (not why and d[2] < -MINIMAL_LOSS)
+            verdict = _judge(t[2] < 1 and d[1] >= -MINIMAL_LOSS, refute, why)
             out.append((f"{cod['variant']} vs {cot['variant']}", evidence, verdict))
     return out
 

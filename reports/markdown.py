@@ -370,7 +370,11 @@ def _hypotheses(verdicts: tuple[hypotheses.Verdict, ...]) -> list[str]:
             continue
         tally = pd.Series([v.verdict for v in mine]).value_counts()
         counts = ", ".join(f"{n} {v}" for v, n in tally.items())
-        overall = tally.index[0] if len(tally) == 1 else "mixed"
+        judged = tally.drop(hypotheses.UNTESTABLE, errors="ignore")  # what the data can carry
+        overall = (
+            hypotheses.UNTESTABLE if judged.empty else judged.index[0] if len(judged) == 1
+            else "mixed"
+        )  # fmt: skip
         out += [f"**Verdict: {overall}** ({counts} of {len(mine)} comparisons).", ""]
         rows = pd.DataFrame([v.to_row() for v in mine])
         out += [table(rows, [("sweep", _col("sweep_id")), ("dataset", _col("dataset")),

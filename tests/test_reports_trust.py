@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports import aggregate, hypotheses, load, theory
+from reports import aggregate, hypotheses, load, markdown, theory
 from reports.report import make_report
 from tests import run_fixtures
 
@@ -192,7 +192,7 @@ def test_best_k_is_chosen_on_one_half_and_judged_on_the_other(tmp_path):
     x = r.requests[(r.requests["k"] == 0) & r.requests["problem_id"].isin(held_out)]
     expected = x["tpot_s"].mean() / y["tpot_s"].mean()
     assert f"TPOT speedup {expected:.2f} [" in v.evidence and "best K=3" in v.evidence
-    assert v.verdict == "supported"
+    assert "(sequential: no A/A floor)" in v.evidence and v.verdict == "supported"
 
 
 @pytest.mark.parametrize("aa", [1.0, 1.06])
@@ -211,3 +211,74 @@ def test_a_speedup_inside_the_noise_floor_is_no_detectable_effect(tmp_path, aa):
     (v,) = [v for v in hypotheses.judge(r.requests, t, n_boot=200) if v.hypothesis == 2]
     assert v.verdict == ("supported" if aa == 1.0 else hypotheses.NO_EFFECT), v.evidence
     assert ("A/A 1.060" in v.evidence) == (aa != 1.0)
+
+
+def _plain(name: str, accuracy: float, tokens: float) -> run_fixtures.Variant:
+    return run_fixtures.Variant(name, name, None, name, accuracy, tokens)
+
+
+@pytest.mark.parametrize("accuracy", [0.0, 1.0])
+def test_accuracy_without_room_to_differ_is_untestable(tmp_path, accuracy):
+    """Every side at accuracy 0 (or 1): fine-tuning and CoD's accuracy cannot be compared;
+    a CoD that writes more tokens is refuted all the same, on the side that can be."""
+    for sweep, cod_tokens in (("shorter", 80), ("longer", 300)):
+        for v in (_plain("base", accuracy, 40), _plain("cot", accuracy, 200),
+                  _plain("cod", accuracy, cod_tokens)):  # fmt: skip
+            run_fixtures.write_job(tmp_path, run_fixtures.Job(sweep, v, "synth_easy", "easy", 0,
+                                                              n_problems=60))  # fmt: skip
+    r, t = _table(tmp_path)
+    verdicts = hypotheses.judge(r.requests, t, n_boot=100)
+    why = f"untestable: accuracy {accuracy:.0f} on both sides (no room to differ)"
+    assert {v.hypothesis for v in verdicts} == {1, 3} and all(why in v.evidence for v in verdicts)
+    by = {(v.hypothesis, v.sweep_id): v.verdict for v in verdicts if v.comparison != "cod vs base"}
+    assert by == {(1, "shorter"): hypotheses.UNTESTABLE, (1, "longer"): hypotheses.UNTESTABLE,
+                  (3, "shorter"): hypotheses.UNTESTABLE, (3, "longer"): "refuted"}  # fmt: skip
+
+
+@pytest.mark.parametrize("cut", [0.3, 0.1, None])
+def test_a_side_cut_at_the_token_limit_beyond_the_limit_is_untestable(tmp_path, cut):
+    """30% of CoT's answers cut at the token limit: CoD vs CoT cannot be compared; 10% can,
+    and so can runs recorded before the finish reason was (None)."""
+    cot = _job("cot", 0, n=100)
+    cod = run_fixtures.Job("t", _plain("cod", 0.7, 80), "synth_easy", "easy", 0, n_problems=100)
+    n_cut = round((cut or 0) * 100)
+    for job, finish in (
+        (cot, ["length"] * n_cut + ["stop"] * (100 - n_cut)),
+        (cod, ["stop"] * 100),
+    ):
+        recs = run_fixtures.records(job)
+        finish = finish if cut is not None else [None] * 100
+        run_fixtures.write_job(tmp_path, job, run_fixtures.with_columns(recs, finish_reason=finish))
+    r, t = _table(tmp_path)
+    (v,) = [v for v in hypotheses.judge(r.requests, t, n_boot=100) if v.hypothesis == 3]
+    limited = cut is not None and cut > hypotheses.MAX_CUT
+    assert (v.verdict == hypotheses.UNTESTABLE) == limited, v.evidence
+    assert ("30% of cot answers cut at the token limit" in v.evidence) == limited
+
+
+@pytest.mark.parametrize("baseline", ["interleaved", "sequential", None])
+def test_an_interleaved_speedup_without_its_a_a_is_untestable(tmp_path, baseline):
+    """cot_sd K=1 interleaved: judged against the A/A floor of its target's interleaved
+    K = 0 row; untestable with only a sequential K = 0 run of it, or none, in the sweep."""
+    if baseline:
+        run_fixtures.write_job(tmp_path, _job("cot", 0, n=100, pairing=baseline))
+    run_fixtures.write_job(tmp_path, _job("cot_sd", 1, n=100, pairing="interleaved"))
+    r, t = _table(tmp_path)
+    (v,) = [v for v in hypotheses.judge(r.requests, t, n_boot=100) if v.hypothesis == 2]
+    if baseline == "interleaved":
+        assert v.verdict == "supported" and "widened by A/A" in v.evidence, v.evidence
+    else:
+        assert v.verdict == hypotheses.UNTESTABLE, v.evidence
+        assert v.evidence.endswith("untestable: no A/A in this sweep")
+
+
+def test_the_overall_verdict_is_read_from_the_comparisons_that_can_be_judged():
+    def section(*verdicts: str) -> str:
+        found = [hypotheses.Verdict(3, "s", "d", f"c{i}", "e", v) for i, v in enumerate(verdicts)]
+        return "\n".join(markdown._hypotheses(tuple(found)))
+
+    assert "**Verdict: supported** (2 untestable, 1 supported of 3 comparisons)" in section(
+        hypotheses.UNTESTABLE, "supported", hypotheses.UNTESTABLE)  # fmt: skip
+    assert "**Verdict: untestable** (1 untestable of 1 comparisons)" in section(
+        hypotheses.UNTESTABLE)  # fmt: skip
+    assert "**Verdict: mixed**" in section("supported", "refuted", hypotheses.UNTESTABLE)
