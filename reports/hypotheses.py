@@ -47,7 +47,9 @@ headline rows (lowest concurrency; K = 0, or a draft variant's best K).
 
 Untestable: the inputs cannot carry the comparison; the evidence says why.
 - Accuracy (hypotheses 1 and 3, and 2's accuracy side) is not compared when it is 0 on
-  both sides or 1 on both, over the problems both answered: no room to differ.
+  both sides or 1 on both, over the problems both answered: no room to differ. A
+  speculator whose outputs equal its baseline's on every problem (lossless, greedy) loses
+  no accuracy by identity, so its speedup is judged whatever the accuracy.
 - Neither accuracy nor tokens (hypothesis 3) is compared when more than {MAX_CUT:.0%} of
   either side's answers were cut at the token limit (finish reason "length"): a cut answer
   is graded and counted on the text the limit ended, and past one in five the limit, not
@@ -120,6 +122,14 @@ def _cut(sides: dict[str, pd.DataFrame]) -> str:
         if share > MAX_CUT:
             out.append(f"{share:.0%} of {name} answers cut at the token limit")
     return "; ".join(out)
+
+
+def _identical(x: pd.DataFrame, y: pd.DataFrame) -> bool:
+    """True when every problem both answered got the same output tokens on both sides (a
+    lossless speculator at temperature 0): its accuracy cannot differ, whatever it is."""
+    x, y = (aggregate.answered(s)[["problem_id", "output_hash"]] for s in (x, y))
+    both = x.merge(y, on="problem_id", suffixes=("", "_y"))
+    return bool(len(both)) and bool((both["output_hash"] == both["output_hash_y"]).all())
 
 
 def _why(*reasons: str) -> str:
@@ -246,8 +256,12 @@ def _speculation(
         evidence = (f"best K={k} on the choosing half ({tried}); on the {where}: TPOT "
                     f"speedup {_ci(s, 2)} ({pairing}")  # fmt: skip
         evidence += f"; widened by {noise}: [{wide[1]:.2f}, {wide[2]:.2f}])" if noise else ")"
-        why = _why(_flat(test, y), _cut({"K=0": test, f"K={k}": y}))
-        evidence += f", accuracy {_ci(d, signed=True)}" + _untestable(why)
+        if _identical(y, baseline(y, test, paired)):  # greedy and lossless: no loss possible
+            why = ""
+            evidence += f", accuracy {_ci(d, signed=True)}; outputs identical to K=0's"
+        else:
+            why = _why(_flat(test, y), _cut({"K=0": test, f"K={k}": y}))
+            evidence += f", accuracy {_ci(d, signed=True)}" + _untestable(why)
         if not chosen[k] > 1:
             evidence = "no K beats K=0: " + evidence
         if (not why and d[2] < 0) or wide[2] < 1:

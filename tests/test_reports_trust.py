@@ -282,3 +282,21 @@ def test_the_overall_verdict_is_read_from_the_comparisons_that_can_be_judged():
     assert "**Verdict: untestable** (1 untestable of 1 comparisons)" in section(
         hypotheses.UNTESTABLE)  # fmt: skip
     assert "**Verdict: mixed**" in section("supported", "refuted", hypotheses.UNTESTABLE)
+
+
+@pytest.mark.parametrize("lossless", [True, False])
+def test_a_lossless_speedup_is_judged_at_accuracy_0_and_a_lossy_one_is_not(tmp_path, lossless):
+    """Accuracy 0 on both sides: a speculator whose outputs equal K = 0's loses nothing by
+    identity and its speedup is judged; one whose outputs differ cannot show it lost none."""
+    for job in (_job("cot", 0, n=100), _job("cot_sd", 3, n=100)):
+        recs = run_fixtures.records(job)
+        hashes = [r.output_hash if lossless or not job.k else f"x{i}" for i, r in enumerate(recs)]
+        wrong = [False] * len(recs)
+        run_fixtures.write_job(
+            tmp_path, job, run_fixtures.with_columns(recs, correct=wrong, output_hash=hashes)
+        )
+    r, t = _table(tmp_path)
+    (v,) = [v for v in hypotheses.judge(r.requests, t, n_boot=100) if v.hypothesis == 2]
+    assert (v.verdict == "supported") == lossless, v.evidence
+    assert ("outputs identical to K=0's" in v.evidence) == lossless
+    assert ("untestable: accuracy 0 on both sides" in v.evidence) == (not lossless)
