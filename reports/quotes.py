@@ -1,0 +1,201 @@
+"""What a doc may quote: each result figure it states is in the committed tables of a study
+it names beside it.
+
+A figure is a number with a decimal point (``1.025``, ``1.85x``, ``47.1%``) or a percentage
+or time with its unit (``5%``, ``55 s``, ``3 min``); a bare integer (a count, a K, a date)
+is not one. A paragraph, a bullet or a table names its studies by linking their folders
+(``[tiny](results/tiny/README.md)``): every figure in it must be among the numbers of one of
+their tables (:func:`table_numbers`), or be of a kind :data:`EXEMPT` lists. :func:`unquoted`
+lists the rest, line by line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reports import sentinel
+
+RESULTS = Path("docs") / "results"
+# a committed folder's files whose numbers a doc may quote: its generated report, the
+# benchmark tables' printed summary, its CSV tables and study.json
+TEXTS = ("REPORT.md", "summary.txt")
+STUDY_JSON = "study.json"
+AGGREGATES = "aggregates.csv"
+# what a study README may quote: a speedup (1.85x) and a rate (0.341)
+SPEEDUP = re.compile(r"(?<![\d.])(\d+\.\d+)x\b")
+RATE = re.compile(r"(?<![\d.])(0\.\d{3})(?!\d|\.\d)")
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w]|\.\d)")
+# a figure of a doc: a decimal (a speedup's x, a percentage or a unit may follow), or an
+# integer percentage or time; not a part of a name (Qwen2.5, gemini-2.5, 135M) or a
+# version (0.11.0)
+UNIT = r"(?:%|ms\b|s\b|min\b|minutes?\b|h\b|hours?\b)"
+FIGURE = re.compile(
+    rf"(?<![\w.])(?<![A-Za-z]-)(\d+\.\d+|\d+(?=\s?{UNIT}))(?:x\b|\s?{UNIT})?(?![\w]|\.\d)"
+)
+# a section whose heading says it estimates states its assumptions, not results
+ESTIMATES = re.compile(r"^#+ .*\bestimated\b", re.I)
+# the only figures a doc states without a study's table, each with why (in this order)
+EXEMPT = {
+    r"(?s)\A(?=.*`time (?:CI=true bash \.ci/run|make test)).*": "a paragraph timing the "
+    "test suite with `time` states the test suite's timings",
+    r"(?:more\s+than|>|`DRIFT`,)\s*5%": "the drift sentinel's threshold (reports/sentinel.py DRIFT)",
+    r"`[^`\n]*`": "a code span is a command or a configuration value (`spec.k=3`)",
+    r"(?i:python|vllm|torch|cuda|version)\s*(?:>=\s*)?\d+(?:\.\d+)+": "a version",
+    r"(?i:sec|thm|eq|fig)\.\s*\d+(?:\.\d+)*": "a section, theorem or equation number",
+    r"95%(?=\s+(?:BCa|bootstrap|CI|interval))": "the intervals' confidence level",
+    r"every\s+\d+(?:\.\d+)?\s?s\b": "a polling interval of the code (`POLL_S`, `LOG_INTERVAL_S`)",
+    r"\[0\.95, 1\.05\]": "the band PEERS.md sets for draftbench's ratios to vLLM's own tools",
+    r"within\s+10%": "the cost model's hit window (reports/fit.py and reports/whatif.py WITHIN)",
+}
+
+
+def quoted(text: str) -> list[str]:
+    """The speedups (``1.85x``, without the x) and rates (``0.341``) a text quotes."""
+    return sorted(set(SPEEDUP.findall(text)) | set(RATE.findall(text)))
+
+
+def _json_numbers(value: Any) -> Iterator[float]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float):
+        yield float(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _json_numbers(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _json_numbers(v)
+
+
+def _forms(table: pd.DataFrame) -> set[str]:
+    """A table's numbers to 0-3 decimals, as percentages to 0-2, and its seconds (``*_s``
+    columns) as milliseconds to 0-2."""
+    found = set()
+    for col in table.select_dtypes("number"):
+        values = table[col].to_numpy(float)
+        for v in values[np.isfinite(values)]:
+            found |= {f"{v:.{d}f}" for d in range(4)} | {f"{100 * v:.{d}f}" for d in range(3)}
+            if col.endswith("_s"):
+                found |= {f"{1000 * v:.{d}f}" for d in range(3)}
+    return found
+
+
+def table_numbers(folder: Path) -> set[str]:
+    """Every number a committed folder's report or summary prints, and every number of its
+    CSV tables and ``study.json`` (:func:`_forms`)."""
+    folder = Path(folder)
+    found = set()
+    for name in TEXTS:
+        if (folder / name).is_file():
+            found |= set(NUMBER.findall((folder / name).read_text()))
+    for csv in sorted(folder.glob("*.csv")):
+        found |= _forms(pd.read_csv(csv))
+    if (folder / STUDY_JSON).is_file():
+        values = list(_json_numbers(json.loads((folder / STUDY_JSON).read_text())))
+        found |= _forms(pd.DataFrame({"value": values}))
+    return found
+
+
+def flagged_numbers(folder: Path) -> set[str]:
+    """The numbers of ``aggregates.csv``'s rows holding a run the drift sentinel flagged
+    (its ``reference_drift``, :func:`reports.sentinel.is_flagged`) that no other row holds."""
+    path = Path(folder) / AGGREGATES
+    if not path.is_file():
+        return set()
+    table = pd.read_csv(path)
+    if "reference_drift" not in table:
+        return set()
+    flag = np.array([sentinel.is_flagged(d) for d in table["reference_drift"]], bool)
+    return _forms(table[flag]) - _forms(table[~flag])
+
+
+def figures(text: str) -> list[tuple[int, str]]:
+    """The figures ``text`` states (their numbers, without unit) with the line each is on
+    (from 0), what :data:`EXEMPT` covers left out."""
+    for pattern in EXEMPT:
+        text = re.sub(pattern, lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    return [(text.count("\n", 0, m.start()), m.group(1)) for m in FIGURE.finditer(text)]
+
+
+def blocks(text: str) -> Iterator[tuple[int, str]]:
+    """The paragraphs, bullets and tables of a markdown text with their first line's number;
+    code (fenced, or indented four spaces after a blank line), headings and blank lines
+    end one and are left out, and so are the sections of estimates (:data:`ESTIMATES`)."""
+    lines: list[str] = []
+    start, fenced, indented, blank, estimates = 0, False, False, True, False
+    for i, line in enumerate([*text.splitlines(), ""], 1):
+        if line.lstrip().startswith("```"):
+            fenced, line = not fenced, ""
+        indented = (line.startswith("    ") and (indented or (blank and not lines))) or (
+            indented and not line.strip()
+        )
+        blank = not line.strip()
+        bullet = re.match(r"(?:[-*]|\d+\.)\s", line)
+        table_edge = lines and (line.startswith("|") != lines[-1].startswith("|"))
+        if line.startswith("#"):
+            estimates = bool(ESTIMATES.match(line))
+        skip = fenced or indented or blank or line.startswith("#") or estimates
+        if lines and (skip or bullet or table_edge):
+            yield start, "\n".join(lines)
+            lines = []
+        if skip:
+            continue
+        if not lines:
+            start = i
+        lines.append(line)
+
+
+def named_studies(block: str, doc: Path, root: Path) -> list[Path]:
+    """The committed folders under docs/results/ that ``block`` links (relative to ``doc``)."""
+    out = []
+    for target in re.findall(r"\]\(([^)\s#]+)", block):
+        path = (doc.parent / target).resolve()
+        results = (root / RESULTS).resolve()
+        if results in path.parents:
+            folder = results / path.relative_to(results).parts[0]
+            if folder.is_dir() and folder not in out:
+                out.append(folder)
+    return out
+
+
+def _named(doc: Path, root: Path, own: Path | None) -> Iterator[tuple[int, str, list[Path]]]:
+    """Each block of ``doc`` (:func:`blocks`) with the studies it names (``own`` always)."""
+    for line, block in blocks(Path(doc).read_text()):
+        studies = named_studies(block, Path(doc), root)
+        if own is not None and Path(own).resolve() not in studies:
+            studies.append(Path(own).resolve())
+        yield line, block, studies
+
+
+def unquoted(doc: Path, root: Path, own: Path | None = None) -> list[str]:
+    """Each figure of ``doc`` that no table of the studies named beside it (and ``own``'s)
+    holds, as ``line N: figure`` (``(no study named)`` where its block names none)."""
+    tables: dict[Path, set[str]] = {}
+    out = []
+    for line, block, studies in _named(doc, root, own):
+        have = set().union(*(tables.setdefault(s, table_numbers(s)) for s in studies))
+        for offset, figure in figures(block):
+            if figure not in have:
+                where = "" if studies else " (no study named)"
+                out.append(f"line {line + offset}: {figure}{where}")
+    return out
+
+
+def unmarked(doc: Path, root: Path, own: Path | None = None) -> list[str]:
+    """Each figure of ``doc`` that only a flagged run's row of a study named beside it holds
+    (:func:`flagged_numbers`), in a block that does not say "flagged", as ``line N: figure``."""
+    tables: dict[Path, set[str]] = {}
+    out = []
+    for line, block, studies in _named(doc, root, own):
+        if "flagged" in block.lower():
+            continue
+        have = set().union(*(tables.setdefault(s, flagged_numbers(s)) for s in studies))
+        out += [f"line {line + o}: {f} (flagged run)" for o, f in figures(block) if f in have]
+    return out
