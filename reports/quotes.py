@@ -27,7 +27,12 @@ RESULTS = Path("docs") / "results"
 # benchmark tables' printed summary, its CSV tables and study.json
 TEXTS = ("REPORT.md", "summary.txt")
 STUDY_JSON = "study.json"
-AGGREGATES = "aggregates.csv"
+RAW, SUMMARY = "raw", "summary.json"  # a study's runs: raw/<sweep>/<job>/summary.json
+# what names a run in a table's row and in its summary.json (a summary without a synthetic
+# acceptance length is a table's 0)
+RUN_KEYS = ("sweep_id", "variant", "dataset", "k", "concurrency", "synthetic_acceptance_length",
+            "pairing", "instances")  # fmt: skip
+ABSENT = {"synthetic_acceptance_length": 0}
 # what a study README may quote: a speedup (1.85x) and a rate (0.341)
 SPEEDUP = re.compile(r"(?<![\d.])(\d+\.\d+)x\b")
 RATE = re.compile(r"(?<![\d.])(0\.\d{3})(?!\d|\.\d)")
@@ -103,17 +108,47 @@ def table_numbers(folder: Path) -> set[str]:
     return found
 
 
+def _value(v: Any) -> str:
+    """A key's value as one text whether read from JSON or CSV (3 and 3.0 alike)."""
+    if v is None or (isinstance(v, float) and not np.isfinite(v)):
+        return ""
+    return f"{float(v):g}" if isinstance(v, int | float | np.number) else str(v)
+
+
+def _or_absent(summary: dict[str, Any], key: str) -> Any:
+    value = summary.get(key)
+    return ABSENT.get(key) if value is None else value
+
+
+def flagged_runs(folder: Path) -> pd.DataFrame:
+    """The :data:`RUN_KEYS` of each run under the folder's ``raw/`` that the drift sentinel
+    flags (its reference moved more than :data:`reports.sentinel.DRIFT` within it)."""
+    rows = []
+    for path in sorted(Path(folder).glob(f"{RAW}/*/*/{SUMMARY}")):
+        summary = json.loads(path.read_text())
+        if not path.parent.name.startswith(".") and sentinel.is_flagged(
+            sentinel.drift(summary.get("reference"))
+        ):
+            rows.append({key: _value(_or_absent(summary, key)) for key in RUN_KEYS})
+    return pd.DataFrame(rows, columns=list(RUN_KEYS))
+
+
 def flagged_numbers(folder: Path) -> set[str]:
-    """The numbers of ``aggregates.csv``'s rows holding a run the drift sentinel flagged
-    (its ``reference_drift``, :func:`reports.sentinel.is_flagged`) that no other row holds."""
-    path = Path(folder) / AGGREGATES
-    if not path.is_file():
-        return set()
-    table = pd.read_csv(path)
-    if "reference_drift" not in table:
-        return set()
-    flag = np.array([sentinel.is_flagged(d) for d in table["reference_drift"]], bool)
-    return _forms(table[flag]) - _forms(table[~flag])
+    """The numbers (:func:`_forms`) of the folder's CSV rows that hold a flagged run
+    (:func:`flagged_runs`, matched on the keys a table has) and that no other row holds."""
+    runs = flagged_runs(folder)
+    found, others = set(), set()
+    for csv in sorted(Path(folder).glob("*.csv")):
+        table = pd.read_csv(csv)
+        keys = [key for key in RUN_KEYS if key in table]
+        if runs.empty or not keys:
+            others |= _forms(table)
+            continue
+        mine = table[keys].map(_value).apply(tuple, axis=1)
+        flag = mine.isin(set(runs[keys].apply(tuple, axis=1))).to_numpy(bool)
+        found |= _forms(table[flag])
+        others |= _forms(table[~flag])
+    return found - others
 
 
 def figures(text: str) -> list[tuple[int, str]]:

@@ -89,7 +89,9 @@ def test_every_exemption_gives_its_reason():
 
 
 def test_blocks_split_paragraphs_bullets_and_tables_and_skip_code():
-    text = "para one\nstill one\n\n- bullet\n  more\n- next\n\n| a |\n| b |\nafter\n\n```\n1.5\n```\n"
+    text = (
+        "para one\nstill one\n\n- bullet\n  more\n- next\n\n| a |\n| b |\nafter\n\n```\n1.5\n```\n"
+    )
     assert [b for _, b in quotes.blocks(text)] == [
         "para one\nstill one",
         "- bullet\n  more",
