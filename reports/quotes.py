@@ -1,12 +1,14 @@
 """What a doc may quote: each result figure it states is in the committed tables of a study
-it names beside it.
+it names beside it, a flagged run's said to be one, and only the figures a study makes shown.
 
 A figure is a number with a decimal point (``1.025``, ``1.85x``, ``47.1%``) or a percentage
 or time with its unit (``5%``, ``55 s``, ``3 min``); a bare integer (a count, a K, a date)
 is not one. A paragraph, a bullet or a table names its studies by linking their folders
-(``[tiny](results/tiny/README.md)``): every figure in it must be among the numbers of one of
-their tables (:func:`table_numbers`), or be of a kind :data:`EXEMPT` lists. :func:`unquoted`
-lists the rest, line by line.
+(``[tiny](results/tiny/README.md)``; a study's own README names its folder throughout):
+every figure in it must be among the numbers of one of their tables (:func:`table_numbers`),
+or be of a kind :data:`EXEMPT` lists (:func:`unquoted`); a figure only a flagged run's row
+holds (:func:`flagged_numbers`) needs "flagged" in its block (:func:`unmarked`); an image
+must be a figure a study with raw runs regenerates (:func:`foreign_images`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ RESULTS = Path("docs") / "results"
 TEXTS = ("REPORT.md", "summary.txt")
 STUDY_JSON = "study.json"
 RAW, SUMMARY = "raw", "summary.json"  # a study's runs: raw/<sweep>/<job>/summary.json
+FIGURES = "figures"
 # what names a run in a table's row and in its summary.json (a summary without a synthetic
 # acceptance length is a table's 0)
 RUN_KEYS = ("sweep_id", "variant", "dataset", "k", "concurrency", "synthetic_acceptance_length",
@@ -79,16 +82,24 @@ def _json_numbers(value: Any) -> Iterator[float]:
             yield from _json_numbers(v)
 
 
+def _rounded(v: float, decimals: int) -> set[str]:
+    """``v`` to 1 to ``decimals`` decimals, and to none only when it is a whole number (a
+    rounded one would match almost any count or time)."""
+    out = {f"{v:.{d}f}" for d in range(1, decimals + 1)}
+    return out | ({f"{round(v)}"} if abs(v - round(v)) < 1e-9 else set())
+
+
 def _forms(table: pd.DataFrame) -> set[str]:
-    """A table's numbers to 0-3 decimals, as percentages to 0-2, and its seconds (``*_s``
-    columns) as milliseconds to 0-2."""
+    """A table's numbers to 1-3 decimals, as percentages to 1-2, and its seconds (``*_s``
+    columns) as milliseconds to 1-2, each also as a whole number where it is one
+    (:func:`_rounded`)."""
     found = set()
     for col in table.select_dtypes("number"):
         values = table[col].to_numpy(float)
         for v in values[np.isfinite(values)]:
-            found |= {f"{v:.{d}f}" for d in range(4)} | {f"{100 * v:.{d}f}" for d in range(3)}
+            found |= _rounded(v, 3) | _rounded(100 * v, 2)
             if col.endswith("_s"):
-                found |= {f"{1000 * v:.{d}f}" for d in range(3)}
+                found |= _rounded(1000 * v, 2)
     return found
 
 
@@ -233,4 +244,23 @@ def unmarked(doc: Path, root: Path, own: Path | None = None) -> list[str]:
             continue
         have = set().union(*(tables.setdefault(s, flagged_numbers(s)) for s in studies))
         out += [f"line {line + o}: {f} (flagged run)" for o, f in figures(block) if f in have]
+    return out
+
+
+def foreign_images(doc: Path, root: Path) -> list[str]:
+    """The images ``doc`` shows that no committed study made: each must be a file of a
+    study's ``figures/`` whose ``raw/`` runs regenerate it."""
+    doc, results = Path(doc), (Path(root) / RESULTS).resolve()
+    out = []
+    for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", doc.read_text()):
+        path = (doc.parent / target).resolve()
+        parts = path.relative_to(results).parts if results in path.parents else ()
+        made = (
+            len(parts) == 3
+            and parts[1] == FIGURES
+            and path.is_file()
+            and (results / parts[0] / RAW).is_dir()
+        )
+        if not made:
+            out.append(target)
     return out

@@ -12,18 +12,40 @@ import pytest
 from reports import quotes, sentinel
 
 ROOT = Path(__file__).resolve().parents[1]
-# README.md and every doc beside it (docs/results/ holds the studies, each with its own check)
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# README.md, every doc beside it, and each committed folder's README.md, which names its own
+# folder throughout (legacy/ holds hand-typed studies without tables)
+DOCS = [
+    *((p, None) for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]),
+    *((p, p.parent) for p in sorted((ROOT / "docs" / "results").glob("*/README.md"))
+      if p.parent.name != "legacy"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def _name(doc: tuple[Path, Path | None]) -> str:
+    return str(doc[0].relative_to(ROOT))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_name)
 def test_every_doc_quotes_only_the_tables_of_the_studies_it_names(doc):
-    assert quotes.unquoted(doc, ROOT) == []
+    assert quotes.unquoted(doc[0], ROOT, doc[1]) == []
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", DOCS, ids=_name)
 def test_every_doc_says_when_a_number_is_a_flagged_runs(doc):
-    assert quotes.unmarked(doc, ROOT) == []
+    assert quotes.unmarked(doc[0], ROOT, doc[1]) == []
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_name)
+def test_every_doc_shows_only_figures_a_committed_study_makes(doc):
+    assert quotes.foreign_images(doc[0], ROOT) == []
+
+
+def test_an_image_no_study_makes_is_named(docs_copy):
+    doc, root = docs_copy, docs_copy.parents[1]
+    made = next((ROOT / "docs" / "results" / "tiny" / "figures").glob("*.png"))
+    shown = f"![made](results/tiny/figures/{made.name})"
+    doc.write_text(f"{shown}\n![old](results/legacy/smollm2/figures/x.png)\n![gone](x.png)\n")
+    assert quotes.foreign_images(doc, root) == ["results/legacy/smollm2/figures/x.png", "x.png"]
 
 
 @pytest.fixture

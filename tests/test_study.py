@@ -19,7 +19,7 @@ import pytest
 from test_reaper import engine_core_started
 
 from harness import provenance, results
-from reports import load, quotes, sentinel
+from reports import load, sentinel
 from reports import study as folder
 from study import config, raw, runner
 from tests import cli, run_fixtures
@@ -321,11 +321,6 @@ STUDIES = sorted(
 @pytest.mark.parametrize("study_dir", STUDIES, ids=lambda p: p.name)
 def test_every_committed_study_readme_quotes_only_its_tables(study_dir):
     assert folder.unquoted(study_dir) == []
-
-
-@pytest.mark.parametrize("study_dir", STUDIES, ids=lambda p: p.name)
-def test_every_committed_study_readme_says_when_a_number_is_a_flagged_runs(study_dir):
-    assert quotes.unmarked(study_dir / folder.README, ROOT, study_dir) == []
 
 
 @pytest.mark.slow  # regenerates each committed study's report (seconds per study)
