@@ -25,6 +25,7 @@ import pandas as pd
 
 from harness.results import SUMMARY
 from reports import markdown
+from reports.quotes import quoted, table_numbers
 from reports.report import make_report
 
 STUDY_JSON = "study.json"
@@ -33,10 +34,6 @@ README = "README.md"  # hand-written: quotes only numbers of the tables
 REPORT = "REPORT.md"
 TABLES = ("aggregates.csv", "fits.csv", "whatif.csv")
 FIGURES = "figures"
-# what a README may quote: a speedup (1.85x) and a rate (0.341)
-SPEEDUP = re.compile(r"(?<![\d.])(\d+\.\d+)x\b")
-RATE = re.compile(r"(?<![\d.])(0\.\d{3})(?!\d|\.\d)")
-NUMBER = re.compile(r"\d+\.\d+")
 # REPORT.md's link to docs/METRICS.md, relative to the folder's place: compared without it
 METRICS_LINK = re.compile(r"\]\([^)\s]*METRICS\.md\)")
 SHOWN = 5  # differing lines of REPORT.md listed one by one; the rest counted
@@ -199,26 +196,9 @@ def _line_diffs(a: Path, b: Path) -> list[str]:
     return found[:SHOWN] + more
 
 
-def quoted(text: str) -> list[str]:
-    """The speedups (``1.85x``, without the x) and rates (``0.341``) a text quotes."""
-    return sorted(set(SPEEDUP.findall(text)) | set(RATE.findall(text)))
-
-
-def table_numbers(study_dir: Path) -> set[str]:
-    """Every number REPORT.md prints, and every number of the CSV tables to 2 and 3
-    decimals."""
-    study_dir = Path(study_dir)
-    report = study_dir / REPORT
-    found = set(NUMBER.findall(report.read_text())) if report.is_file() else set()
-    for name in TABLES:
-        if (study_dir / name).is_file():
-            values = pd.read_csv(study_dir / name).select_dtypes("number").to_numpy().ravel()
-            found |= {f"{v:.{d}f}" for v in values[np.isfinite(values)] for d in (2, 3)}
-    return found
-
-
 def unquoted(study_dir: Path) -> list[str]:
-    """The numbers README.md quotes (:func:`quoted`) that no table of the study holds."""
+    """The speedups and rates README.md quotes (:func:`reports.quotes.quoted`) that no
+    table of the study holds (:func:`reports.quotes.table_numbers`)."""
     readme = Path(study_dir) / README
     if not readme.is_file():
         return []

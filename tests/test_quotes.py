@@ -1,0 +1,123 @@
+"""The docs quote only the committed tables of the studies they name, and mark flagged runs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from reports import quotes, sentinel
+
+ROOT = Path(__file__).resolve().parents[1]
+# README.md, every doc beside it, and each committed folder's README.md, which names its own
+# folder throughout (legacy/ holds hand-typed studies without tables)
+DOCS = [
+    *((p, None) for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]),
+    *((p, p.parent) for p in sorted((ROOT / "docs" / "results").glob("*/README.md"))
+      if p.parent.name != "legacy"),
+]  # fmt: skip
+
+
+def _name(doc: tuple[Path, Path | None]) -> str:
+    return str(doc[0].relative_to(ROOT))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_name)
+def test_every_doc_quotes_only_the_tables_of_the_studies_it_names(doc):
+    assert quotes.unquoted(doc[0], ROOT, doc[1]) == []
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_name)
+def test_every_doc_says_when_a_number_is_a_flagged_runs(doc):
+    assert quotes.unmarked(doc[0], ROOT, doc[1]) == []
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_name)
+def test_every_doc_shows_only_figures_a_committed_study_makes(doc):
+    assert quotes.foreign_images(doc[0], ROOT) == []
+
+
+def test_an_image_no_study_makes_is_named(docs_copy):
+    doc, root = docs_copy, docs_copy.parents[1]
+    made = next((ROOT / "docs" / "results" / "tiny" / "figures").glob("*.png"))
+    shown = f"![made](results/tiny/figures/{made.name})"
+    doc.write_text(f"{shown}\n![old](results/legacy/smollm2/figures/x.png)\n![gone](x.png)\n")
+    assert quotes.foreign_images(doc, root) == ["results/legacy/smollm2/figures/x.png", "x.png"]
+
+
+@pytest.fixture
+def docs_copy(tmp_path):
+    """A copy of docs/PAIRING.md in a tree whose docs/results/ is the committed one."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "results").symlink_to(ROOT / "docs" / "results")
+    return Path(shutil.copy(ROOT / "docs" / "PAIRING.md", tmp_path / "docs" / "PAIRING.md"))
+
+
+def test_a_doc_figure_missing_from_the_named_studys_tables_is_named(docs_copy):
+    doc, root = docs_copy, docs_copy.parents[1]
+    assert quotes.unquoted(doc, root) == []
+    text = doc.read_text()
+    # a figure of the instances-aa bullet, changed to one its tables lack
+    quoted = "1.097"
+    fabricated = next(
+        f"{x:.3f}"
+        for x in (1.097 + i / 1000 for i in range(1, 100))
+        if f"{x:.3f}" not in quotes.table_numbers(ROOT / "docs" / "results" / "instances-aa")
+    )
+    assert text.count(quoted) == 1
+    line = text[: text.index(quoted)].count("\n") + 1
+    doc.write_text(text.replace(quoted, fabricated) + "\nA speedup of 1.85x, from nowhere.\n")
+    last = len(doc.read_text().splitlines())
+    assert quotes.unquoted(doc, root) == [
+        f"line {line}: {fabricated}",
+        f"line {last}: 1.85 (no study named)",
+    ]
+
+
+def test_a_flagged_runs_number_is_named_until_the_doc_says_so(docs_copy):
+    doc, root = docs_copy, docs_copy.parents[1]
+    study = ROOT / "docs" / "results" / "instances-aa"
+    table = pd.read_csv(study / "aggregates.csv")
+    flagged = table[[sentinel.is_flagged(d) for d in table["reference_drift"]]]
+    speedup = f"{flagged['speedup_tpot'].iloc[0]:.3f}"
+    assert speedup in quotes.flagged_numbers(study)
+    link = "[instances-aa](results/instances-aa/README.md)"
+    doc.write_text(f"The A/A of {link} read {speedup}.\n")
+    assert quotes.unmarked(doc, root) == [f"line 1: {speedup} (flagged run)"]
+    doc.write_text(f"The A/A of {link} read {speedup} (flagged run).\n")
+    assert quotes.unmarked(doc, root) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("read 1.85x, 0.341 and 47.1%; took 55 s and 3 min", ["1.85", "0.341", "47.1", "55", "3"]),
+        ("30 problems at K = 3, 16 of 22 runs, on 2026-11-28", []),  # counts and dates
+        ("Qwen2.5-14B, SmolLM2-135M, gemini-2.5-flash, vllm 0.11.0", []),  # names, versions
+        ("`spec.k=1.5`, Python >= 3.11, thm. 3.8, a 95% CI", []),  # code, version, theorem
+        ("moved more than 5%, within 10% of it, every 0.5 s", []),  # thresholds, polling
+        ("`time make test` took 14 min 55 s", []),  # a test-suite timing
+    ],
+)
+def test_figures_are_results_and_the_exempt_kinds_are_not(text, found):
+    assert [f for _, f in quotes.figures(text)] == found
+
+
+def test_every_exemption_gives_its_reason():
+    assert all(isinstance(re.compile(p), re.Pattern) and why for p, why in quotes.EXEMPT.items())
+
+
+def test_blocks_split_paragraphs_bullets_and_tables_and_skip_code():
+    text = (
+        "para one\nstill one\n\n- bullet\n  more\n- next\n\n| a |\n| b |\nafter\n\n```\n1.5\n```\n"
+    )
+    assert [b for _, b in quotes.blocks(text)] == [
+        "para one\nstill one",
+        "- bullet\n  more",
+        "- next",
+        "| a |\n| b |",
+        "after",
+    ]
