@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness import metrics
+from harness.backends import streamed
 from reports import aggregate, hypotheses, sentinel, theory, whatif
 from reports.plotting import Shown
 
@@ -88,7 +89,7 @@ def _rate(r: pd.Series, name: str = "request_rate") -> str:
 def _load(r: pd.Series) -> str:
     """How a group's requests were served: offline, or a server at a rate (closed loop
     otherwise), with its K schedule when it had one."""
-    text = "offline" if r["backend"] == "offline" else f"server {_rate(r)}"
+    text = f"{r['backend']} {_rate(r)}" if streamed(r["backend"]) else r["backend"]
     return text if r["k_schedule"] == "none" else f"{text}, K by batch {r['k_schedule']}"
 
 

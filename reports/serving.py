@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness import schedule
+from harness.backends import streamed
 from reports.load import CLOSED_LOOP, FIXED_K
 
 CONFIGURATION = ["sweep_id", "variant", "dataset", "k", "concurrency"]
@@ -24,7 +25,7 @@ def by_rate(table: pd.DataFrame) -> pd.DataFrame:
     """The server backend's groups, by configuration and request rate."""
     if table.empty:
         return table
-    rows = table[table["backend"] == "server"]
+    rows = table[table["backend"].map(streamed)]
     return rows.sort_values([*CONFIGURATION[:3], "k", "request_rate"])
 
 
@@ -36,7 +37,7 @@ def crossovers(table: pd.DataFrame) -> pd.DataFrame:
     columns = [*CONFIGURATION, "rates", "helps_up_to", "first_below_1", "hurts_from"]
     if table.empty:
         return pd.DataFrame(columns=columns)
-    rows = table[(table["backend"] == "server") & (table["k"] > 0)]
+    rows = table[table["backend"].map(streamed) & (table["k"] > 0)]
     rows = rows[(rows["request_rate"] != CLOSED_LOOP) & rows["speedup_tpot"].notna()]
     out = []
     for key, g in rows.groupby(CONFIGURATION, sort=True):

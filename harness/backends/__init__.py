@@ -1,8 +1,8 @@
 """Where requests run: offline vLLM engines, vLLM servers, the one cache of live backends,
-their process watchdog, arrival processes and the memory pre-flight.
+their process watchdog, arrival processes and the memory check.
 
 ``of(cfg)`` is a job's :class:`harness.backends.base.Backend`, ``NAMES`` the values of
-``backend``.
+``backend``, :func:`streamed` whether a backend's rows were served under a load.
 """
 
 from __future__ import annotations
@@ -14,6 +14,13 @@ from harness.errors import ConfigError
 
 # the values of ``backend``: ``offline.ENGINES.name``, ``server.STARTED.name``
 NAMES = ("offline", "server")
+STREAMED = ("server",)  # their requests stream from a server at a load: rates, goodput, ITL
+
+
+def streamed(name: str) -> bool:
+    """True when the rows of backend ``name`` were streamed from a server at a load (what
+    ``reports.serving`` reads)."""
+    return name in STREAMED
 
 
 def of(cfg: Any) -> Backend:
@@ -35,4 +42,4 @@ def of(cfg: Any) -> Backend:
     raise ConfigError(f"backend={cfg.backend}: must be one of {', '.join(NAMES)}")
 
 
-__all__ = ["NAMES", "Backend", "of"]
+__all__ = ["NAMES", "STREAMED", "Backend", "of", "streamed"]
