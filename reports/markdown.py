@@ -451,9 +451,10 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         if r.get("speedup_note"):
             notes.append(f"- {name}: {r['speedup_note']}")
         drift = r.get("reference_drift")
-        if sentinel.is_flagged(drift):
+        if sentinel.is_flagged(drift, r.get("pairing")):
             notes.append(f"- {name}: the drift sentinel moved {drift:+.1%} within a run "
-                         f"(more than {sentinel.DRIFT:.0%}); its timings are suspect")  # fmt: skip
+                         f"(more than {sentinel.threshold(r.get('pairing')):.0%}); its "
+                         "timings are suspect")  # fmt: skip
         if r.get("boot_dropped", 0):
             notes.append(f"- {name}: up to {num(r['boot_dropped'], 0)} bootstrap replicate(s) "
                          "of a statistic drew only problems with a zero denominator and were "
@@ -527,14 +528,16 @@ def _flagged(runs: pd.DataFrame, reruns: Mapping[str, Any] | None) -> list[str]:
     (``reports.sentinel.outcomes``); ``reruns``: a study's ``sentinel`` record."""
     rows = sentinel.outcomes(runs, reruns)
     limit = f" (re-runs allowed per run: {reruns['rerun_flagged']})" if reruns else ""
+    bounds = (f"{sentinel.DRIFT_INTERLEAVED:.0%} (interleaved; its pairs cancel a smaller "
+              f"drift) or {sentinel.DRIFT:.0%} (sequential)")  # fmt: skip
     if rows.empty:
         return ["## Flagged runs", "",
-                f"No run's drift sentinel moved more than {sentinel.DRIFT:.0%}{limit}.", ""]  # fmt: skip
+                f"No run's drift sentinel moved more than {bounds}{limit}.", ""]  # fmt: skip
     return ["## Flagged runs", "",
-            f"Runs whose fixed reference request moved more than {sentinel.DRIFT:.0%} between "
+            f"Runs whose fixed reference request moved more than {bounds} between "
             f"the run's start and end: the machine changed speed during it{limit}. Drift: "
             "each attempt's, the kept run's last; replaced: the last attempt, within "
-            f"{sentinel.DRIFT:.0%}, is the run every table uses. A run kept flagged stays in "
+            "that bound, is the run every table uses. A run kept flagged stays in "
             "every table; each verdict widens its speedup interval by its drift "
             "(docs/METRICS.md).", "",
             table(rows, [("sweep", _col("sweep_id")), ("run", lambda r: f"`{r['run_id']}`"),

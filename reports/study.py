@@ -204,23 +204,24 @@ def quoted(text: str) -> list[str]:
     return sorted(set(SPEEDUP.findall(text)) | set(RATE.findall(text)))
 
 
-def table_numbers(study_dir: Path) -> set[str]:
-    """Every number REPORT.md prints, and every number of the CSV tables to 2 and 3
+def table_numbers(study_dir: Path, tables: tuple[str, ...] = TABLES) -> set[str]:
+    """Every number REPORT.md prints, and every number of the CSV ``tables`` to 2 and 3
     decimals."""
     study_dir = Path(study_dir)
     report = study_dir / REPORT
     found = set(NUMBER.findall(report.read_text())) if report.is_file() else set()
-    for name in TABLES:
+    for name in tables:
         if (study_dir / name).is_file():
             values = pd.read_csv(study_dir / name).select_dtypes("number").to_numpy().ravel()
             found |= {f"{v:.{d}f}" for v in values[np.isfinite(values)] for d in (2, 3)}
     return found
 
 
-def unquoted(study_dir: Path) -> list[str]:
-    """The numbers README.md quotes (:func:`quoted`) that no table of the study holds."""
+def unquoted(study_dir: Path, tables: tuple[str, ...] = TABLES) -> list[str]:
+    """The numbers README.md quotes (:func:`quoted`) that no table of the study (or a
+    benchmark's folder: its ``tables``) holds."""
     readme = Path(study_dir) / README
     if not readme.is_file():
         return []
-    have = table_numbers(study_dir)
+    have = table_numbers(study_dir, tables)
     return [n for n in quoted(readme.read_text()) if n not in have]

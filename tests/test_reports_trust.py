@@ -143,7 +143,7 @@ def test_interleaved_speedups_pair_each_request_with_its_own_baseline(tmp_path):
     truth = theory.expected_tokens(V["cot_sd"].alpha, 2) / (2 * V["cot_sd"].cost + 1)
     run_fixtures.write_job(tmp_path, _job("cot", 0, n=60, speed=1.5, pairing="interleaved"))
     for pairing in ("sequential", "interleaved"):
-        job = _job("cot_sd", 2, n=60, pairing=pairing, within=1.08)
+        job = _job("cot_sd", 2, n=60, pairing=pairing, within=1.25)
         run_fixtures.write_job(tmp_path / pairing, job)
         for other in (tmp_path / "t").iterdir():  # the same K = 0 run for both
             target = tmp_path / pairing / "t" / other.name
@@ -159,12 +159,12 @@ def test_interleaved_speedups_pair_each_request_with_its_own_baseline(tmp_path):
     paired = rows["interleaved"]
     assert paired["speedup_tpot_lo"] < truth < paired["speedup_tpot_hi"]
     assert paired["baseline_tpot_s"] == pytest.approx(run_fixtures.TARGET_TPOT_S, rel=0.05)
-    assert paired["lossless_fraction"] == 1.0 and paired["reference_drift"] == pytest.approx(0.08)
+    assert paired["lossless_fraction"] == 1.0 and paired["reference_drift"] == pytest.approx(0.25)
     # the sentinel on the plain target: 1.0 here against the median of 1.5 and 1.0
     assert paired["reference_shift"] == pytest.approx(1 / 1.25 - 1)
     assert np.isnan(rows["sequential"]["reference_shift"])  # timed on its own engine
     text = make_report(tmp_path / "interleaved", tmp_path / "out", n_boot=50).read_text()
-    assert "| interleaved |" in text and "moved +8.0% within a run" in text
+    assert "| interleaved |" in text and "moved +25.0% within a run (more than 20%)" in text
     assert "read -20.0% against the sweep's median" in text
 
 

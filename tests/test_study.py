@@ -250,6 +250,20 @@ def test_a_run_still_flagged_is_kept_listed_and_its_verdict_widened(tmp_path):
     assert list(flagged["run_id"]) == [SD]
 
 
+@pytest.mark.parametrize(
+    ("pairing", "within", "flags"),
+    [("sequential", 1.08, True), ("interleaved", 1.08, False), ("interleaved", 1.25, True)],
+)
+def test_an_interleaved_run_is_flagged_only_past_its_wider_drift(tmp_path, pairing, within, flags):
+    """8% within a run flags a sequential run (> 5%), not an interleaved one (> 20%): the
+    study's re-runs and the report's list apply the same rule."""
+    job = run_fixtures.Job("smoke", V["cot_sd"], "synth_easy", "easy", 1, n_problems=5,
+                           pairing=pairing, within=within)  # fmt: skip
+    run_fixtures.write_job(tmp_path, job)
+    assert (job.name in runner.flagged_runs(tmp_path / "smoke")) == flags
+    assert (job.name in set(sentinel.flagged(load.load(tmp_path).runs)["run_id"])) == flags
+
+
 def test_a_study_folder_regenerates_and_check_names_a_changed_table(made, study_copy):
     out = study_copy
     assert folder.check(out) == []
