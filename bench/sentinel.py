@@ -1,4 +1,4 @@
-"""What the drift sentinel's drift does to a run's paired speedup (prints a table, writes CSVs).
+"""What the drift sentinel's drift does to a run's paired speedup (prints tables, writes CSVs).
 
     python bench/sentinel.py                     # every committed study with raw data
     python bench/sentinel.py --out DIR --bootstrap 200
@@ -9,7 +9,8 @@ Reads each study's raw runs (``docs/results/<study>/raw``) through ``reports.loa
 how far that speedup sits from what it should be, in units of the interval's half-width:
 ``aa_distance`` = |speedup - 1| for an interleaved K = 0 run (A/A), ``repeat_distance`` =
 |speedup - median| over the runs of the same configuration in the study's other sweeps
-(repeats); ``moved`` when that value lies outside the interval. Within each run, the
+(repeats); ``moved`` when that value lies outside the interval (a run with either value
+is judged). Within each run, the
 requests' first and second half in run order (each engine instance's own) give
 ``half_move``: the second half's paired speedup over the first's - 1, and ``base_move`` /
 ``job_move``: the same for the baseline side's and the job's own TPOT alone, which the
@@ -42,6 +43,8 @@ PAIR_TPOT = aggregate.PAIRED["speedup_tpot"]
 CONFIG = [c for c in aggregate.GROUP if c != "sweep_id"]  # a configuration across sweeps
 EDGES = (0.0, 0.05, 0.10, 0.20, np.inf)  # the |drift| bins of bins.csv
 ALL = "all"  # studies.csv's row over every study
+MOVES = ("half_move", "base_move", "job_move")  # second half over first - 1 (module doc)
+POINT = 10  # bootstrap replicates where only the point estimate is read
 
 
 def studies(results: Path) -> list[Path]:
@@ -59,18 +62,18 @@ def _halves(df: pd.DataFrame) -> pd.DataFrame:
     rows = {}
     for (sweep, run, half), block in halves.items():
         job, base = block.arrays((TPOT,)), block.arrays((PAIR_TPOT,))
-        speedup = bootstrap.paired(job, base, "ratio", 10)[0][0] if base[1].sum() else np.nan
+        paired = base[1].sum() > 0
         rows.setdefault((sweep, run), {})[half] = (
-            speedup,
-            bootstrap.ratio(*base, 10)[0][0] if base[1].sum() else np.nan,
-            bootstrap.ratio(*job, 10)[0][0],
+            bootstrap.paired(job, base, "ratio", POINT)[0][0] if paired else np.nan,
+            bootstrap.ratio(*base, POINT)[0][0] if paired else np.nan,
+            bootstrap.ratio(*job, POINT)[0][0],
         )
     out = []
     for (sweep, run), by_half in rows.items():
         first, second = by_half[0], by_half[1]
         moves = [b / a - 1 for a, b in zip(first, second, strict=True)]
         out.append((sweep, run, *moves))
-    return pd.DataFrame(out, columns=[*aggregate.RUN, "half_move", "base_move", "job_move"])
+    return pd.DataFrame(out, columns=[*aggregate.RUN, *MOVES])
 
 
 def measure(study: Path, n_boot: int) -> pd.DataFrame:
@@ -85,7 +88,7 @@ def measure(study: Path, n_boot: int) -> pd.DataFrame:
     cols = ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi", "reference_shift"]
     rows = keys[[*aggregate.GROUP, "run_id", "drift"]].merge(table[[*aggregate.GROUP, *cols]])
     half = (rows["speedup_tpot_hi"] - rows["speedup_tpot_lo"]) / 2
-    aa = (rows["k"] == 0) & (rows["pairing"] == "interleaved")
+    aa = (rows["k"] == 0) & (rows["pairing"] == sentinel.INTERLEAVED)
     rows["aa_distance"] = ((rows["speedup_tpot"] - 1).abs() / half).where(aa)
     median = rows.groupby(CONFIG, dropna=False)["speedup_tpot"].transform("median")
     repeats = rows.groupby(CONFIG, dropna=False)["run_id"].transform("size")
@@ -96,10 +99,10 @@ def measure(study: Path, n_boot: int) -> pd.DataFrame:
         rows["aa_distance"].notna() | rows["repeat_distance"].notna()
     )
     paired = requests[requests["pairing"] == sentinel.INTERLEAVED]
-    halves = _halves(aggregate.with_sums(aggregate.answered(paired))) if len(paired) else None
-    rows = rows.merge(halves, how="left") if halves is not None else rows.assign(
-        half_move=np.nan, base_move=np.nan, job_move=np.nan
-    )
+    halves = pd.DataFrame(columns=[*aggregate.RUN, *MOVES])
+    if len(paired):
+        halves = _halves(aggregate.with_sums(aggregate.answered(paired)))
+    rows = rows.merge(halves, how="left")
     rows["half_beyond"] = (rows["half_move"].abs() > half / rows["speedup_tpot"]).where(
         rows["half_move"].notna()
     )
@@ -109,7 +112,7 @@ def measure(study: Path, n_boot: int) -> pd.DataFrame:
     ]
     return rows.assign(study=study.name)[
         ["study", *RUN, "drift", "reference_shift", *cols[:3], "aa_distance",
-         "repeat_distance", "moved", "half_move", "base_move", "job_move", "half_beyond",
+         "repeat_distance", "moved", *MOVES, "half_beyond",
          "flagged_5pct", "flagged"]
     ]  # fmt: skip
 
@@ -171,14 +174,14 @@ def main() -> None:
     """Measure every study, print the tables and write them as CSVs."""
     cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     cli.add_argument("--results", type=Path, default=RESULTS, help="the studies' folder")
-    cli.add_argument("--out", type=Path, default=OUT, help="where runs.csv and summary.csv go")
+    cli.add_argument("--out", type=Path, default=OUT, help="where runs.csv, bins.csv and studies.csv go")
     cli.add_argument("--bootstrap", type=int, default=bootstrap.N_BOOT, help="replicates")
     args = cli.parse_args()
     runs = pd.concat([measure(s, args.bootstrap) for s in studies(args.results)])
     args.out.mkdir(parents=True, exist_ok=True)
     tables = {"runs.csv": runs, "bins.csv": bins(runs), "studies.csv": studies_table(runs)}
     for name, table in tables.items():
-        table.to_csv(args.out / name, index=False, float_format="%.4f")
+        table.to_csv(args.out / name, index=False)
     with pd.option_context("display.width", 250, "display.max_rows", 500):
         for name, table in tables.items():
             print(f"{name}:\n{table.to_string(index=False, float_format='{:.3f}'.format)}\n")

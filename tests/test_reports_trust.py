@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports import aggregate, hypotheses, load, theory
+from reports import aggregate, hypotheses, load, sentinel, theory
 from reports.report import make_report
 from tests import run_fixtures
 
@@ -211,3 +211,15 @@ def test_a_speedup_inside_the_noise_floor_is_no_detectable_effect(tmp_path, aa):
     (v,) = [v for v in hypotheses.judge(r.requests, t, n_boot=200) if v.hypothesis == 2]
     assert v.verdict == ("supported" if aa == 1.0 else hypotheses.NO_EFFECT), v.evidence
     assert ("A/A 1.060" in v.evidence) == (aa != 1.0)
+
+
+@pytest.mark.parametrize("within", [1.1, 1.3])
+def test_an_interleaved_rows_interval_is_widened_only_past_its_wider_drift(tmp_path, within):
+    """10% within an interleaved run is noise its pairs cancel; 30% widens the verdict."""
+    run_fixtures.write_job(tmp_path, _job("cot", 0, n=20, pairing="interleaved"))
+    run_fixtures.write_job(tmp_path, _job("cot_sd", 2, n=20, pairing="interleaved", within=within))
+    _, t = _table(tmp_path)
+    low, high, said = hypotheses.noise_floor(t, t.set_index("k").loc[2])
+    widened = within > 1 + sentinel.DRIFT_INTERLEAVED
+    assert ("sentinel drift 30.0%" in said) == widened
+    assert (high >= within) == widened and low * high == pytest.approx(1.0)

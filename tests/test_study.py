@@ -337,6 +337,13 @@ def test_every_committed_study_readme_quotes_only_its_tables(study_dir):
     assert folder.unquoted(study_dir) == []
 
 
+def test_the_sentinel_evidence_readme_quotes_only_its_tables():
+    """docs/results/sentinel-evidence (bench/sentinel.py's tables, not a study)."""
+    evidence = ROOT / "docs" / "results" / "sentinel-evidence"
+    assert len(folder.quoted((evidence / folder.README).read_text())) >= 5
+    assert folder.unquoted(evidence, ("runs.csv", "bins.csv", "studies.csv")) == []
+
+
 @pytest.mark.slow  # regenerates each committed study's report (seconds per study)
 @pytest.mark.parametrize("study_dir", STUDIES, ids=lambda p: p.name)
 def test_every_committed_study_regenerates_as_committed(study_dir):
