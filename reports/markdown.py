@@ -519,7 +519,7 @@ def _instances(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
 def _outcome(r: pd.Series) -> str:
     """What became of a flagged run."""
     if not r["reruns"]:
-        return "kept flagged, not re-run"
+        return "kept flagged, not re-run" if r["flagged"] else "not re-run, within the bound now"
     return f"re-run {r['reruns']}x, " + ("kept flagged" if r["flagged"] else "replaced")
 
 
@@ -535,9 +535,10 @@ def _flagged(runs: pd.DataFrame, reruns: Mapping[str, Any] | None) -> list[str]:
                 f"No run's drift sentinel moved more than {bounds}{limit}.", ""]  # fmt: skip
     return ["## Flagged runs", "",
             f"Runs whose fixed reference request moved more than {bounds} between "
-            f"the run's start and end: the machine changed speed during it{limit}. Drift: "
+            f"the run's start and end, now or under the bound the study ran with: the "
+            f"machine changed speed during it{limit}. Drift: "
             "each attempt's, the kept run's last; replaced: the last attempt, within "
-            "that bound, is the run every table uses. A run kept flagged stays in "
+            "the bound, is the run every table uses. A run kept flagged stays in "
             "every table; each verdict widens its speedup interval by its drift "
             "(docs/METRICS.md).", "",
             table(rows, [("sweep", _col("sweep_id")), ("run", lambda r: f"`{r['run_id']}`"),

@@ -95,15 +95,21 @@ def by_group(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 def outcomes(runs: pd.DataFrame, record: Mapping[str, Any] | None) -> pd.DataFrame:
     """Every run flagged at any point and what became of it: :data:`OUTCOMES` columns,
     ``drifts`` the drift of each attempt (the kept run's last), ``reruns`` how many times
-    it was run again, ``flagged`` whether the kept run still is. ``record`` is a study's
+    it was run again, ``flagged`` whether the kept run is flagged by today's rule (a study
+    made under an earlier one may list runs it no longer flags). ``record`` is a study's
     ``sentinel`` record (``study.json``: its re-runs); without one, runs flagged now were
     not re-run."""
+    now = {(r["sweep_id"], r["run_id"]): r["drift"] for _, r in flagged(runs).iterrows()}
     rows = {
-        (r["sweep"], r["job"]): (list(r["drifts"]), len(r["drifts"]) - 1, bool(r["flagged"]))
+        (r["sweep"], r["job"]): (
+            list(r["drifts"]),
+            len(r["drifts"]) - 1,
+            (r["sweep"], r["job"]) in now,
+        )
         for r in (record or {}).get("reruns", ())
     }
-    for _, r in flagged(runs).iterrows():
-        rows.setdefault((r["sweep_id"], r["run_id"]), ([r["drift"]], 0, True))
+    for key, drift in now.items():
+        rows.setdefault(key, ([drift], 0, True))
     return pd.DataFrame(
         [(*key, *value) for key, value in sorted(rows.items())], columns=list(OUTCOMES)
     )

@@ -19,7 +19,7 @@ import pytest
 from test_reaper import engine_core_started
 
 from harness import provenance, results
-from reports import load, sentinel
+from reports import load, markdown, sentinel
 from reports import study as folder
 from study import config, raw, runner
 from tests import cli, run_fixtures
@@ -262,6 +262,19 @@ def test_an_interleaved_run_is_flagged_only_past_its_wider_drift(tmp_path, pairi
     run_fixtures.write_job(tmp_path, job)
     assert (job.name in runner.flagged_runs(tmp_path / "smoke")) == flags
     assert (job.name in set(sentinel.flagged(load.load(tmp_path).runs)["run_id"])) == flags
+
+
+def test_a_run_flagged_under_an_earlier_bound_is_listed_as_within_todays(tmp_path):
+    """A study made when 5% flagged every run records an interleaved run at +10% as kept
+    flagged; its report lists the run and judges the kept run by today's rule."""
+    job = run_fixtures.Job("smoke", V["cot_sd"], "synth_easy", "easy", 1, n_problems=5,
+                           pairing="interleaved", within=1.1)  # fmt: skip
+    record = {"rerun_flagged": 0,
+              "reruns": [{"sweep": "smoke", "job": job.name, "drifts": [0.1], "flagged": True}]}  # fmt: skip
+    run_fixtures.write_job(tmp_path, job)
+    rows = sentinel.outcomes(load.load(tmp_path).runs, record)
+    assert rows[["run_id", "reruns", "flagged"]].values.tolist() == [[job.name, 0, False]]
+    assert markdown._outcome(rows.iloc[0]) == "not re-run, within the bound now"
 
 
 def test_a_study_folder_regenerates_and_check_names_a_changed_table(made, study_copy):
