@@ -35,9 +35,11 @@ headline rows (lowest concurrency; K = 0, or a draft variant's best K).
    half only. The held-out TPOT speedup's CI is widened by the noise the runs measured
    (the speedup's min and max over its median across repeats; |A/A - 1| of the target's
    interleaved K = 0 row; the drift sentinel's move within a run, when it exceeds
-   {sentinel.DRIFT_INTERLEAVED:.0%} (interleaved) or {sentinel.DRIFT:.0%} (sequential), of the row's runs or, sequential, its K = 0 runs'). Supported when the widened interval is above 1 and the accuracy
-   difference's CI is not below 0; refuted when the widened interval is below 1 or the
-   accuracy difference's CI is below 0; "no detectable effect" when it includes 1.
+   {sentinel.DRIFT_INTERLEAVED:.0%} (interleaved) or {sentinel.DRIFT:.0%} (sequential), of the
+   row's runs or, sequential, its K = 0 runs'). Supported when the widened interval is
+   above 1 and the accuracy difference's CI is not below 0; refuted when the widened
+   interval is below 1 or the accuracy difference's CI is below 0; "no detectable effect"
+   when it includes 1.
 3. Chain of Draft: the CoD target vs the CoT target (no draft). Supported when the CI of
    tokens(CoD) / tokens(CoT) is below 1 and the accuracy difference's CI stays above
    -{MINIMAL_LOSS} ("minimal loss"); refuted when the token ratio's CI is above 1 or the

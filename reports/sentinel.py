@@ -1,4 +1,4 @@
-"""The drift sentinel: its threshold, the drifts it reads and the flag.
+"""The drift sentinel: its thresholds, the drifts it reads and the flag.
 
 A run's reference (``harness.sweep.job.Reference``, the same fixed request timed at the
 job's start and end) that moved more than its pairing's :func:`threshold` within the run
