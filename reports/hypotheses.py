@@ -37,9 +37,11 @@ headline rows (lowest concurrency; K = 0, or a draft variant's best K).
    half only. The held-out TPOT speedup's CI is widened by the noise the runs measured
    (the speedup's min and max over its median across repeats; |A/A - 1| of the target's
    interleaved K = 0 row; the drift sentinel's move within a run, when it exceeds
-   {sentinel.DRIFT:.0%}, of the row's runs or, sequential, its K = 0 runs'). Supported when the widened interval is above 1 and the accuracy
-   difference's CI is not below 0; refuted when the widened interval is below 1 or the
-   accuracy difference's CI is below 0; "no detectable effect" when it includes 1.
+   {sentinel.DRIFT_INTERLEAVED:.0%} (interleaved) or {sentinel.DRIFT:.0%} (sequential), of the
+   row's runs or, sequential, its K = 0 runs'). Supported when the widened interval is
+   above 1 and the accuracy difference's CI is not below 0; refuted when the widened
+   interval is below 1 or the accuracy difference's CI is below 0; "no detectable effect"
+   when it includes 1.
 3. Chain of Draft: the CoD target vs the CoT target (no draft). Supported when the CI of
    tokens(CoD) / tokens(CoT) is below 1 and the accuracy difference's CI stays above
    -{MINIMAL_LOSS} ("minimal loss"); refuted when the token ratio's CI is above 1 or the
@@ -197,11 +199,12 @@ def noise_floor(table: pd.DataFrame, row: pd.Series) -> tuple[float, float, str]
     if not np.isnan(aa):
         low, high = low / (1 + abs(aa - 1)), high * (1 + abs(aa - 1))
         said.append(f"A/A {aa:.3f}")
-    drifts = [row.get("reference_drift")]
+    drifts = [(row.get("reference_drift"), row.get("pairing"))]
     if row.get("pairing") != "interleaved" and "reference_drift" in table:
         base = aggregate.select(table, row, aggregate.BASELINE)
-        drifts += list(base.loc[base["k"] == 0, "reference_drift"])
-    moved = [abs(d) for d in drifts if sentinel.is_flagged(d)]
+        base = base[base["k"] == 0]
+        drifts += list(zip(base["reference_drift"], base["pairing"], strict=True))
+    moved = [abs(d) for d, pairing in drifts if sentinel.is_flagged(d, pairing)]
     if moved:
         low, high = low / (1 + max(moved)), high * (1 + max(moved))
         said.append(f"sentinel drift {max(moved):.1%}")

@@ -456,9 +456,10 @@ def _trust(groups: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
         if r.get("speedup_note"):
             notes.append(f"- {name}: {r['speedup_note']}")
         drift = r.get("reference_drift")
-        if sentinel.is_flagged(drift):
+        if sentinel.is_flagged(drift, r.get("pairing")):
             notes.append(f"- {name}: the drift sentinel moved {drift:+.1%} within a run "
-                         f"(more than {sentinel.DRIFT:.0%}); its timings are suspect")  # fmt: skip
+                         f"(more than {sentinel.threshold(r.get('pairing')):.0%}); its "
+                         "timings are suspect")  # fmt: skip
         if r.get("boot_dropped", 0):
             notes.append(f"- {name}: up to {num(r['boot_dropped'], 0)} bootstrap replicate(s) "
                          "of a statistic drew only problems with a zero denominator and were "
@@ -523,7 +524,7 @@ def _instances(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
 def _outcome(r: pd.Series) -> str:
     """What became of a flagged run."""
     if not r["reruns"]:
-        return "kept flagged, not re-run"
+        return "kept flagged, not re-run" if r["flagged"] else "not re-run, within the bound now"
     return f"re-run {r['reruns']}x, " + ("kept flagged" if r["flagged"] else "replaced")
 
 
@@ -532,14 +533,17 @@ def _flagged(runs: pd.DataFrame, reruns: Mapping[str, Any] | None) -> list[str]:
     (``reports.sentinel.outcomes``); ``reruns``: a study's ``sentinel`` record."""
     rows = sentinel.outcomes(runs, reruns)
     limit = f" (re-runs allowed per run: {reruns['rerun_flagged']})" if reruns else ""
+    bounds = (f"{sentinel.DRIFT_INTERLEAVED:.0%} (interleaved; its pairs cancel a smaller "
+              f"drift) or {sentinel.DRIFT:.0%} (sequential)")  # fmt: skip
     if rows.empty:
         return ["## Flagged runs", "",
-                f"No run's drift sentinel moved more than {sentinel.DRIFT:.0%}{limit}.", ""]  # fmt: skip
+                f"No run's drift sentinel moved more than {bounds}{limit}.", ""]  # fmt: skip
     return ["## Flagged runs", "",
-            f"Runs whose fixed reference request moved more than {sentinel.DRIFT:.0%} between "
-            f"the run's start and end: the machine changed speed during it{limit}. Drift: "
+            f"Runs whose fixed reference request moved more than {bounds} between "
+            f"the run's start and end, now or under the bound the study ran with: the "
+            f"machine changed speed during it{limit}. Drift: "
             "each attempt's, the kept run's last; replaced: the last attempt, within "
-            f"{sentinel.DRIFT:.0%}, is the run every table uses. A run kept flagged stays in "
+            "the bound, is the run every table uses. A run kept flagged stays in "
             "every table; each verdict widens its speedup interval by its drift "
             "(docs/METRICS.md).", "",
             table(rows, [("sweep", _col("sweep_id")), ("run", lambda r: f"`{r['run_id']}`"),

@@ -53,7 +53,8 @@ ESTIMATES = re.compile(r"^#+ .*\bestimated\b", re.I)
 EXEMPT = {
     r"(?s)\A(?=.*`time (?:CI=true bash \.ci/run|make test)).*": "a paragraph timing the "
     "test suite with `time` states the test suite's timings",
-    r"(?:more\s+than|>|`DRIFT`,)\s*5%": "the drift sentinel's threshold (reports/sentinel.py DRIFT)",
+    r"(?:more\s+than|>|`DRIFT`,|`DRIFT_INTERLEAVED`,)\s*(?:5|20)%": "the drift sentinel's thresholds "
+    "(reports/sentinel.py DRIFT, DRIFT_INTERLEAVED)",
     r"`[^`\n]*`": "a code span is a command or a configuration value (`spec.k=3`)",
     r"(?i:python|vllm|torch|cuda|version)\s*(?:>=\s*)?\d+(?:\.\d+)+": "a version",
     r"(?i:sec|thm|eq|fig)\.\s*\d+(?:\.\d+)*": "a section, theorem or equation number",
@@ -85,6 +86,7 @@ def _json_numbers(value: Any) -> Iterator[float]:
 def _rounded(v: float, decimals: int) -> set[str]:
     """``v`` to 1 to ``decimals`` decimals, and to none only when it is a whole number (a
     rounded one would match almost any count or time)."""
+    v = abs(v)  # prose gives the sign in words or with its own minus
     out = {f"{v:.{d}f}" for d in range(1, decimals + 1)}
     return out | ({f"{round(v)}"} if abs(v - round(v)) < 1e-9 else set())
 
@@ -133,13 +135,14 @@ def _or_absent(summary: dict[str, Any], key: str) -> Any:
 
 def flagged_runs(folder: Path) -> pd.DataFrame:
     """The :data:`RUN_KEYS` of each run under the folder's ``raw/`` that the drift sentinel
-    flags (its reference moved more than :data:`reports.sentinel.DRIFT` within it)."""
+    flags (its reference moved within it beyond its pairing's
+    :func:`reports.sentinel.threshold`)."""
     rows = []
     for path in sorted(Path(folder).glob(f"{RAW}/*/*/{SUMMARY}")):
         summary = json.loads(path.read_text())
-        if not path.parent.name.startswith(".") and sentinel.is_flagged(
-            sentinel.drift(summary.get("reference"))
-        ):
+        drift = sentinel.drift(summary.get("reference"))
+        pairing = (summary.get("job") or {}).get("pairing")
+        if not path.parent.name.startswith(".") and sentinel.is_flagged(drift, pairing):
             rows.append({key: _value(_or_absent(summary, key)) for key in RUN_KEYS})
     return pd.DataFrame(rows, columns=list(RUN_KEYS))
 

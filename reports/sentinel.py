@@ -1,9 +1,12 @@
-"""The drift sentinel: its threshold, the drifts it reads and the flag.
+"""The drift sentinel: its thresholds, the drifts it reads and the flag.
 
 A run's reference (``harness.sweep.job.Reference``, the same fixed request timed at the
-job's start and end) that moved more than :data:`DRIFT` within the run flags the run.
-``python -m study`` re-runs flagged runs; the report lists every run flagged and what
-became of it (:func:`outcomes`) and widens their verdicts (docs/METRICS.md).
+job's start and end) that moved more than its pairing's :func:`threshold` within the run
+flags the run: :data:`DRIFT` for a sequential run, whose speedup divides timings minutes
+apart; :data:`DRIFT_INTERLEAVED` for an interleaved one, whose pairs cancel a smaller drift
+(the evidence: docs/results/sentinel-evidence). ``python -m study`` re-runs flagged runs;
+the report lists every run flagged and what became of it (:func:`outcomes`) and widens
+their verdicts (docs/METRICS.md).
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-DRIFT = 0.05  # a reference that moved more than this within a run or across runs is flagged
+DRIFT = 0.05  # a sequential run's move within it, or a reference's across runs, flagged above
+# an interleaved run's move within it flagged above: below, its paired speedup's halves moved
+# beyond its interval no more often than at drifts under DRIFT (docs/METRICS.md)
+DRIFT_INTERLEAVED = 0.20
+INTERLEAVED = "interleaved"  # the pairing whose runs DRIFT_INTERLEAVED judges
 FLAGGED = ("sweep_id", "run_id", "reference_start_s", "reference_end_s", "drift")
 OUTCOMES = ("sweep_id", "run_id", "drifts", "reruns", "flagged")
 
@@ -27,9 +34,16 @@ def drift(reference: Mapping[str, Any] | None) -> float | None:
     return float(reference["end_s"]) / float(reference["start_s"]) - 1
 
 
-def is_flagged(value: float | None) -> bool:
-    """True when a drift (or a spread of references) exceeds :data:`DRIFT` in size."""
-    return value is not None and bool(np.isfinite(value)) and abs(value) > DRIFT
+def threshold(pairing: str | None = None) -> float:
+    """The largest move a run of ``pairing`` may show: :data:`DRIFT_INTERLEAVED` for an
+    interleaved run, else :data:`DRIFT` (None: a reading across runs, shift or spread)."""
+    return DRIFT_INTERLEAVED if pairing == INTERLEAVED else DRIFT
+
+
+def is_flagged(value: float | None, pairing: str | None = None) -> bool:
+    """True when a drift of a run of ``pairing`` (or, None, a shift or spread of references
+    across runs) exceeds its :func:`threshold` in size."""
+    return value is not None and bool(np.isfinite(value)) and abs(value) > threshold(pairing)
 
 
 def _references(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
@@ -41,15 +55,15 @@ def _references(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
 
 def flagged(runs: pd.DataFrame) -> pd.DataFrame:
-    """The loaded runs (``reports.load``'s runs table) the sentinel flags, by sweep and run:
-    :data:`FLAGGED` columns."""
+    """The loaded runs (``reports.load``'s runs table) the sentinel flags (each by its
+    pairing's :func:`threshold`), by sweep and run: :data:`FLAGGED` columns."""
     if runs.empty or "reference_start_s" not in runs:
         return pd.DataFrame(columns=list(FLAGGED))
     start, end = _references(runs)
     out = runs[["sweep_id", "run_id"]].assign(
         reference_start_s=start, reference_end_s=end, drift=end / start - 1
     )
-    out = out[[is_flagged(d) for d in out["drift"]]]
+    out = out[[is_flagged(d, p) for d, p in zip(out["drift"], runs["pairing"], strict=True)]]
     return out.sort_values(["sweep_id", "run_id"]).reset_index(drop=True)
 
 
@@ -81,15 +95,21 @@ def by_group(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 def outcomes(runs: pd.DataFrame, record: Mapping[str, Any] | None) -> pd.DataFrame:
     """Every run flagged at any point and what became of it: :data:`OUTCOMES` columns,
     ``drifts`` the drift of each attempt (the kept run's last), ``reruns`` how many times
-    it was run again, ``flagged`` whether the kept run still is. ``record`` is a study's
+    it was run again, ``flagged`` whether the kept run is flagged by today's rule (a study
+    made under an earlier one may list runs it no longer flags). ``record`` is a study's
     ``sentinel`` record (``study.json``: its re-runs); without one, runs flagged now were
     not re-run."""
+    now = {(r["sweep_id"], r["run_id"]): r["drift"] for _, r in flagged(runs).iterrows()}
     rows = {
-        (r["sweep"], r["job"]): (list(r["drifts"]), len(r["drifts"]) - 1, bool(r["flagged"]))
+        (r["sweep"], r["job"]): (
+            list(r["drifts"]),
+            len(r["drifts"]) - 1,
+            (r["sweep"], r["job"]) in now,
+        )
         for r in (record or {}).get("reruns", ())
     }
-    for _, r in flagged(runs).iterrows():
-        rows.setdefault((r["sweep_id"], r["run_id"]), ([r["drift"]], 0, True))
+    for key, drift in now.items():
+        rows.setdefault(key, ([drift], 0, True))
     return pd.DataFrame(
         [(*key, *value) for key, value in sorted(rows.items())], columns=list(OUTCOMES)
     )

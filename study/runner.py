@@ -5,9 +5,9 @@ the report generated from both (``reports.study.write``).
 
 A study refuses a dirty tree unless allowed (the report then says so at its top). The
 harness resumes what exists, so running a study again runs only what is missing. After a
-sweep, a run whose sentinel moved more than ``reports.sentinel.DRIFT`` is moved aside to
-``<sweep>/.flagged/<job>.<n>`` and run again, at most ``rerun_flagged`` times per run
-(counted by those copies, across invocations); one still flagged is kept.
+sweep, a run whose sentinel moved more than its pairing's ``reports.sentinel.threshold`` is
+moved aside to ``<sweep>/.flagged/<job>.<n>`` and run again, at most ``rerun_flagged``
+times per run (counted by those copies, across invocations); one still flagged is kept.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def flagged_runs(sweep_dir: Path) -> dict[str, float]:
     for job in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         summary = results.read_summary(job)
         drift = sentinel.drift(summary.get("reference")) if summary else None
-        if sentinel.is_flagged(drift):
+        if sentinel.is_flagged(drift, (summary or {}).get("pairing")):
             found[job.name] = drift
     return found
 

@@ -19,7 +19,7 @@ import pytest
 from test_reaper import engine_core_started
 
 from harness import provenance, results
-from reports import load, sentinel
+from reports import load, markdown, sentinel
 from reports import study as folder
 from study import config, raw, runner
 from tests import cli, run_fixtures
@@ -250,6 +250,33 @@ def test_a_run_still_flagged_is_kept_listed_and_its_verdict_widened(tmp_path):
     assert list(flagged["run_id"]) == [SD]
 
 
+@pytest.mark.parametrize(
+    ("pairing", "within", "flags"),
+    [("sequential", 1.08, True), ("interleaved", 1.08, False), ("interleaved", 1.25, True)],
+)
+def test_an_interleaved_run_is_flagged_only_past_its_wider_drift(tmp_path, pairing, within, flags):
+    """8% within a run flags a sequential run (> 5%), not an interleaved one (> 20%): the
+    study's re-runs and the report's list apply the same rule."""
+    job = run_fixtures.Job("smoke", V["cot_sd"], "synth_easy", "easy", 1, n_problems=5,
+                           pairing=pairing, within=within)  # fmt: skip
+    run_fixtures.write_job(tmp_path, job)
+    assert (job.name in runner.flagged_runs(tmp_path / "smoke")) == flags
+    assert (job.name in set(sentinel.flagged(load.load(tmp_path).runs)["run_id"])) == flags
+
+
+def test_a_run_flagged_under_an_earlier_bound_is_listed_as_within_todays(tmp_path):
+    """A study made when 5% flagged every run records an interleaved run at +10% as kept
+    flagged; its report lists the run and judges the kept run by today's rule."""
+    job = run_fixtures.Job("smoke", V["cot_sd"], "synth_easy", "easy", 1, n_problems=5,
+                           pairing="interleaved", within=1.1)  # fmt: skip
+    record = {"rerun_flagged": 0,
+              "reruns": [{"sweep": "smoke", "job": job.name, "drifts": [0.1], "flagged": True}]}  # fmt: skip
+    run_fixtures.write_job(tmp_path, job)
+    rows = sentinel.outcomes(load.load(tmp_path).runs, record)
+    assert rows[["run_id", "reruns", "flagged"]].values.tolist() == [[job.name, 0, False]]
+    assert markdown._outcome(rows.iloc[0]) == "not re-run, within the bound now"
+
+
 def test_a_study_folder_regenerates_and_check_names_a_changed_table(made, study_copy):
     out = study_copy
     assert folder.check(out) == []
@@ -321,6 +348,13 @@ STUDIES = sorted(
 @pytest.mark.parametrize("study_dir", STUDIES, ids=lambda p: p.name)
 def test_every_committed_study_readme_quotes_only_its_tables(study_dir):
     assert folder.unquoted(study_dir) == []
+
+
+def test_the_sentinel_evidence_readme_quotes_only_its_tables():
+    """docs/results/sentinel-evidence (bench/sentinel.py's tables, not a study)."""
+    evidence = ROOT / "docs" / "results" / "sentinel-evidence"
+    assert len(folder.quoted((evidence / folder.README).read_text())) >= 5
+    assert folder.unquoted(evidence) == []
 
 
 @pytest.mark.slow  # regenerates each committed study's report (seconds per study)
