@@ -144,7 +144,7 @@ def finish(fig: Figure, title: str, keys: Mapping[str, Artist] | None = None) ->
     if entries:
         ncol = -(-len(entries) // int(fig.get_figheight() * 5))  # ~5 entries per inch
         legend = fig.legend(entries.values(), entries.keys(), loc="outside right upper",
-                            fontsize=8, frameon=False, ncol=ncol, borderaxespad=1.5)  # fmt: skip
+                            fontsize=8, frameon=False, ncol=ncol, borderpad=1.2)  # fmt: skip
         extent = legend.get_window_extent(renderer)
         fig.set_figwidth(width + extent.width / fig.dpi + MARGIN)
     heading = fig.suptitle(title, x=width / fig.get_figwidth() / 2, fontsize=12)
