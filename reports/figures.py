@@ -237,9 +237,17 @@ def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
                             label=label, **style)  # fmt: skip
                 best = g[stat].to_numpy(float).argmax()
                 if g[stat].iloc[best] > 1:
-                    ax.plot(x[best + 1], g[stat].iloc[best], "*", ms=16, mec="k",
-                            color=style["color"])  # fmt: skip
-                    keys["measured best K"] = plotting.key(marker="*", ls="", ms=12, mfc="w")
+                    ax.plot(
+                        x[best + 1],
+                        g[stat].iloc[best],
+                        "*",
+                        ms=20,
+                        mfc="none",
+                        mew=1.2,
+                        mec=style["color"],
+                        zorder=1,
+                    )  # around the series' own marker
+                    keys["measured best K"] = plotting.key(marker="*", ls="", ms=12, mfc="none")
                 if fit is not None and row == 0 and np.isfinite(fit["c"]):
                     grid = np.arange(0, g["k"].max() + 3)
                     curve = theory.predicted_speedup(fit["alpha"], grid, max(fit["c"], 0.0))

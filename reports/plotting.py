@@ -49,6 +49,7 @@ PALETTE = plt.get_cmap("tab10").colors
 MARKERS = "osD^vP<>"  # one per sweep of a figure, in order
 HATCHES = ("", "//", "..", "xx", "\\\\", "oo")  # a bar's, one per sweep, as MARKERS
 LINES = ("-", ":", "-.")  # one per value of engine instances ("--" is the theory's)
+FILLS = ("full", "none", "bottom")  # a marker's, one per value of engine instances, as LINES
 
 
 @dataclass(frozen=True)
@@ -130,9 +131,10 @@ def key(**style: object) -> Line2D:
 
 
 def finish(fig: Figure, title: str, keys: Mapping[str, Artist] | None = None) -> Figure:
-    """The title over the panels, wrapped to their width, and one legend beside them (each
-    label once, then ``keys``), the figure widened by the legend's width; measured at the
-    saved resolution, so neither reaches past the figure's edge."""
+    """The title over the panels (centred on them, wrapped to the figure's width) and one
+    legend beside them (each label once, then ``keys``), the figure widened by the
+    legend's width; measured at the saved resolution, so neither reaches past the
+    figure's edge."""
     fig.set_dpi(DPI)
     renderer = fig.canvas.get_renderer()
     entries: dict[str, Artist] = {}
@@ -149,10 +151,19 @@ def finish(fig: Figure, title: str, keys: Mapping[str, Artist] | None = None) ->
         fig.set_figwidth(width + extent.width / fig.dpi + MARGIN)
     heading = fig.suptitle(title, x=width / fig.get_figwidth() / 2, fontsize=12)
     room = (width - MARGIN) * fig.dpi
-    for chars in range(len(title), 10, -1):  # the widest wrap that fits over the panels
+    for chars in range(len(title), 10, -1):  # the fewest lines that fit over the panels
         heading.set_text("\n".join(textwrap.wrap(title, chars)))
         if heading.get_window_extent(renderer).width <= room:
             break
+    lines = len(textwrap.wrap(title, chars))
+    while chars > 10 and len(textwrap.wrap(title, chars - 1)) == lines:  # of even lengths
+        chars -= 1
+    heading.set_text("\n".join(textwrap.wrap(title, chars)))
+    fig.draw_without_rendering()  # the layout: where the panels are
+    boxes = [ax.get_position() for ax in fig.axes if ax.get_visible()]
+    middle = (min(b.x0 for b in boxes) + max(b.x1 for b in boxes)) / 2
+    half = heading.get_window_extent(renderer).width / 2 / fig.bbox.width
+    heading.set_x(float(np.clip(middle, half + 0.01, width / fig.get_figwidth() - half)))
     return fig
 
 
@@ -192,13 +203,15 @@ def traces(
 ) -> Iterator[tuple[str, dict[str, Any], pd.DataFrame]]:
     """``rows``' lines, each (label, style, its rows sorted by K), told apart within the
     figure drawn from ``figure``: colour by variant (the speculator), marker by sweep, line
-    style by engine instances where those vary (then named in the label as N)."""
+    style and marker fill by engine instances where those vary (then named in the label as
+    N; the fill tells them apart where a line has one point)."""
     sweep_list, ns = sweeps(figure), sorted(instances(figure).unique())
     grouped = rows.assign(_n=instances(rows)).groupby(["series", "_n"], sort=True)
     for (series, n), g in grouped:
         label = f"{series}, N={n}" if len(ns) > 1 else series
+        i = ns.index(n)
         style = {"color": color(series), "marker": marker(series, sweep_list),
-                 "ls": LINES[ns.index(n) % len(LINES)]}  # fmt: skip
+                 "ls": LINES[i % len(LINES)], "fillstyle": FILLS[i % len(FILLS)]}  # fmt: skip
         yield label, style, g.sort_values("k") if "k" in g else g
 
 
