@@ -282,11 +282,12 @@ def fig_positions(t: ReportTables) -> Figure | None:
     fitted = False
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
         sub = pos[pos["dataset"] == dataset]
-        for label, style, g in plotting.traces(sub, pos):
+        lines = list(plotting.traces(sub, pos))
+        for i, (label, style, g) in enumerate(lines):
             series = g["series"].iloc[0]
             g = g.sort_values("position")
             ax.errorbar(
-                g["position"],
+                g["position"] + plotting.dodge(i, len(lines)),
                 g["acceptance"],
                 yerr=plotting.yerr(
                     g.rename(columns={"lo": "acceptance_lo", "hi": "acceptance_hi"}), "acceptance"
