@@ -504,13 +504,15 @@ REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], s
     ),
     (
         "latency_cdf",
-        "Distribution of end-to-end latency: K = 0 baseline against the best K.",
+        "Distribution of end-to-end latency: each draft variant at its best K (dashed) "
+        "against its K = 0 baseline (solid: an interleaved group's own pairs, else the K = 0 "
+        "run of its target), both in the variant's colour and its sweep's marker.",
         fig_latency_cdf,
         "no speculative runs",
     ),
     (
         "rejection_kinds",
-        "Kinds of token the draft was rejected on, CoT vs CoD drafts.",
+        "Kinds of token the draft was rejected on, CoT vs CoD drafts (a hatch per sweep).",
         fig_rejections,
         "no run recorded detailed per-step metrics (rejection_tokens)",
     ),
