@@ -149,6 +149,8 @@ def finish(fig: Figure, title: str, keys: Mapping[str, Artist] | None = None) ->
                             fontsize=8, frameon=False, ncol=ncol, borderpad=1.2)  # fmt: skip
         extent = legend.get_window_extent(renderer)
         fig.set_figwidth(width + extent.width / fig.dpi + MARGIN)
+    else:  # the panels' right edge as far from the figure's as a legend's text would be
+        fig.get_layout_engine().set(rect=(0, 0, 1 - MARGIN / 2 / width, 1))
     heading = fig.suptitle(title, x=width / fig.get_figwidth() / 2, fontsize=12)
     room = (width - MARGIN) * fig.dpi
     for chars in range(len(title), 10, -1):  # the fewest lines that fit over the panels

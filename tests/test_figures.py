@@ -144,6 +144,8 @@ def test_no_figure_draws_past_its_edge_and_legends_keep_a_margin(tmp_path):
     plt.close("all")
     shown = [s for s in figures.render_report(t, tmp_path / "figs") if s.path]
     assert {s.name for s in shown} >= {"speedup_forest", "latency_cdf", "rejection_kinds"}
+    alone = figures.fig_forest(_sweep(tmp_path / "seq", "sequential"))  # no A/A: no legend
+    shown.append(plotting.save(alone, tmp_path / "seq", "forest without a legend", "", ""))
     for s in shown:
         ink = imread(s.path)[..., :3].min(axis=2) < 0.95
         edges = ink[:3].any() or ink[-3:].any() or ink[:, :3].any() or ink[:, -3:].any()
