@@ -107,17 +107,17 @@ def _bars(t: ReportTables, stat: str, ylabel: str, title: str) -> Figure | str |
     if stat == "accuracy" and _all_wrong(heads):
         return NOTHING_RIGHT
     datasets = plotting.datasets(heads)
-    series = list(dict.fromkeys(heads["series"]))
-    width = 0.8 / len(series)
-    size = (max(6.0, 1.2 * len(datasets) * len(series) ** 0.5 + 1), 4.2)
+    bars = list(plotting.traces(heads, heads))
+    sweeps = plotting.sweeps(heads)
+    width = 0.8 / len(bars)
+    size = (max(6.0, 1.2 * len(datasets) * len(bars) ** 0.5 + 1), 4.2)
     fig, ax = plt.subplots(figsize=size, layout="constrained")
     ax.grid(alpha=0.3, axis="y")
     position = {dataset: j for j, (dataset, _) in enumerate(datasets)}
-    for i, s in enumerate(series):
-        rows = heads[heads["series"] == s]
+    for i, (label, _, rows) in enumerate(bars):
         x = rows["dataset"].map(position).to_numpy() - 0.4 + width * (i + 0.5)
         ax.bar(x, rows[stat].to_numpy(float), width, yerr=plotting.yerr(rows, stat), capsize=3,
-               color=plotting.color(s), label=s)  # fmt: skip
+               label=label, **plotting.bar_style(rows["series"].iloc[0], sweeps))  # fmt: skip
         for xi, k in zip(x, rows["k"], strict=True):
             if k:
                 ax.annotate(f"K={k}", (xi, 0), ha="center", va="bottom", fontsize=7, color="w")
@@ -237,9 +237,17 @@ def fig_speedup_vs_k(t: ReportTables) -> Figure | None:
                             label=label, **style)  # fmt: skip
                 best = g[stat].to_numpy(float).argmax()
                 if g[stat].iloc[best] > 1:
-                    ax.plot(x[best + 1], g[stat].iloc[best], "*", ms=16, mec="k",
-                            color=style["color"])  # fmt: skip
-                    keys["measured best K"] = plotting.key(marker="*", ls="", ms=12, mfc="w")
+                    ax.plot(
+                        x[best + 1],
+                        g[stat].iloc[best],
+                        "*",
+                        ms=20,
+                        mfc="none",
+                        mew=1.2,
+                        mec=style["color"],
+                        zorder=1,
+                    )  # around the series' own marker
+                    keys["measured best K"] = plotting.key(marker="*", ls="", ms=12, mfc="none")
                 if fit is not None and row == 0 and np.isfinite(fit["c"]):
                     grid = np.arange(0, g["k"].max() + 3)
                     curve = theory.predicted_speedup(fit["alpha"], grid, max(fit["c"], 0.0))
@@ -274,11 +282,12 @@ def fig_positions(t: ReportTables) -> Figure | None:
     fitted = False
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
         sub = pos[pos["dataset"] == dataset]
-        for label, style, g in plotting.traces(sub, pos):
+        lines = list(plotting.traces(sub, pos))
+        for i, (label, style, g) in enumerate(lines):
             series = g["series"].iloc[0]
             g = g.sort_values("position")
             ax.errorbar(
-                g["position"],
+                g["position"] + plotting.dodge(i, len(lines)),
                 g["acceptance"],
                 yerr=plotting.yerr(
                     g.rename(columns={"lo": "acceptance_lo", "hi": "acceptance_hi"}), "acceptance"
@@ -337,34 +346,35 @@ def fig_speedup_vs_concurrency(t: ReportTables) -> Figure | None:
 
 
 def fig_latency_cdf(t: ReportTables) -> Figure | None:
-    """End-to-end latency CDFs: each draft variant at its best K vs its K = 0 baseline."""
+    """End-to-end latency CDFs: each draft variant at its best K (dashed) and its K = 0
+    baseline (solid: an interleaved group's own pairs, else the K = 0 group of its
+    target) in the same colour and marker."""
     heads = t.headline[(t.headline["draft"] != "none") & (t.headline["k"] > 0)]
     if heads.empty:
         return None
     datasets = plotting.datasets(heads)
     fig, axes = plotting.panels(len(datasets))
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
-        for _, h in heads[heads["dataset"] == dataset].iterrows():
-            base = aggregate.select(t.requests, h, aggregate.BASELINE)
-            base = base[base["k"] == 0]
-            for data, ls, label in (
-                (base, "-", f"{h['target_role']} target, K=0"),
-                (aggregate.select(t.requests, h), "--", f"{h['series']}, K={h['k']}"),
-            ):
-                x = np.sort(data["e2e_s"].dropna().to_numpy())
-                if len(x):
-                    ax.step(
-                        x,
-                        np.arange(1, len(x) + 1) / len(x),
-                        ls,
-                        where="post",
-                        color=plotting.color(h["series"]),
-                        label=label,
-                    )
+        for label, style, rows in plotting.traces(heads[heads["dataset"] == dataset], heads):
+            for _, h in rows.iterrows():
+                mine = aggregate.select(t.requests, h)
+                if h["pairing"] == "interleaved":
+                    base = aggregate.pair_side(mine)
+                else:
+                    base = aggregate.select(t.requests, h, aggregate.BASELINE)
+                    base = base[base["k"] == 0]
+                for data, ls, name in ((base, "-", f"{label}: baseline (K=0)"),
+                                       (mine, "--", f"{label}, K={h['k']}")):  # fmt: skip
+                    x = np.sort(data["e2e_s"].dropna().to_numpy())
+                    if len(x):
+                        ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=name,
+                                **{**style, "ls": ls}, ms=5, markevery=max(len(x) // 5, 1))  # fmt: skip
         ax.set_title(plotting.title(dataset, difficulty))
         ax.set_xlabel("end-to-end latency (s)")
     plotting.ylabel(axes[0], "fraction of requests")
-    return plotting.finish(fig, "Latency CDF: baseline (solid) vs best K (dashed)")
+    return plotting.finish(
+        fig, "Latency CDF: each draft variant at its best K (dashed) vs its K = 0 baseline (solid)"
+    )
 
 
 def fig_rejections(t: ReportTables) -> Figure | None:
@@ -375,6 +385,7 @@ def fig_rejections(t: ReportTables) -> Figure | None:
     from reports.rejections import KINDS
 
     datasets = plotting.datasets(rej)
+    sweeps = plotting.sweeps(rej)
     fig, axes = plotting.panels(len(datasets))
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
         sub = rej[rej["dataset"] == dataset]
@@ -383,13 +394,8 @@ def fig_rejections(t: ReportTables) -> Figure | None:
         counts = []
         for i, s in enumerate(series):
             g = sub[sub["series"] == s].set_index("kind").reindex(list(KINDS))
-            ax.bar(
-                np.arange(len(KINDS)) - 0.4 + width * (i + 0.5),
-                g["share"],
-                width,
-                color=plotting.color(s),
-                label=s,
-            )
+            ax.bar(np.arange(len(KINDS)) - 0.4 + width * (i + 0.5), g["share"], width,
+                   label=s, **plotting.bar_style(s, sweeps))  # fmt: skip
             counts.append(f"{s} {int(g['count'].sum())}")
         ax.set_xticks(range(len(KINDS)), KINDS, rotation=30)
         counted = textwrap.fill(f"rejections: {', '.join(counts)}", 50)
@@ -498,13 +504,15 @@ REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], s
     ),
     (
         "latency_cdf",
-        "Distribution of end-to-end latency: K = 0 baseline against the best K.",
+        "Distribution of end-to-end latency: each draft variant at its best K (dashed) "
+        "against its K = 0 baseline (solid: an interleaved group's own pairs, else the K = 0 "
+        "run of its target), both in the variant's colour and its sweep's marker.",
         fig_latency_cdf,
         "no speculative runs",
     ),
     (
         "rejection_kinds",
-        "Kinds of token the draft was rejected on, CoT vs CoD drafts.",
+        "Kinds of token the draft was rejected on, CoT vs CoD drafts (a hatch per sweep).",
         fig_rejections,
         "no run recorded detailed per-step metrics (rejection_tokens)",
     ),

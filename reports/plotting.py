@@ -1,7 +1,7 @@
 """Shared plotting helpers for the report's and the simulator's figures (Agg backend).
 
-Style (a colour per variant, a marker per sweep, a line style per number of engine
-instances, panel sizes, constrained layout), panels wrapped into at most three columns,
+Style (a colour per variant, a marker (a bar's hatch) per sweep, a line style per number
+of engine instances, panel sizes, constrained layout), panels wrapped into at most three columns,
 integer K axes, CI error bars, a title and one legend beside the panels, and saving a
 figure or recording why it was skipped.
 """
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 DPI = 110
 PANEL = (4.6, 3.6)  # inches per subplot
+MARGIN = 0.3  # inches of room beside a legend and a title
 COLS = 3  # panels per row at most
 K_LABEL = "K (draft tokens per verify step)"
 # every shipped variant its own colour (conf/variant/); a speculator family's CoT variant
@@ -46,7 +47,9 @@ COLORS = {"base": "#7f7f7f", "cot": "#4c8bd6", "cod": "#f28e2b", "cot_sd": "#0b3
           "base_cot_ngram": "#006d6f", "base_cod_ngram": "#6b6b00"}  # fmt: skip
 PALETTE = plt.get_cmap("tab10").colors
 MARKERS = "osD^vP<>"  # one per sweep of a figure, in order
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo")  # a bar's, one per sweep, as MARKERS
 LINES = ("-", ":", "-.")  # one per value of engine instances ("--" is the theory's)
+FILLS = ("full", "none", "bottom")  # a marker's, one per value of engine instances, as LINES
 
 
 @dataclass(frozen=True)
@@ -128,8 +131,12 @@ def key(**style: object) -> Line2D:
 
 
 def finish(fig: Figure, title: str, keys: Mapping[str, Artist] | None = None) -> Figure:
-    """The title over the panels and one legend beside them (each label once, then
-    ``keys``), the figure widened by the legend's width."""
+    """The title over the panels (centred on them, wrapped to the figure's width) and one
+    legend beside them (each label once, then ``keys``), the figure widened by the
+    legend's width; measured at the saved resolution, so neither reaches past the
+    figure's edge."""
+    fig.set_dpi(DPI)
+    renderer = fig.canvas.get_renderer()
     entries: dict[str, Artist] = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -139,19 +146,48 @@ def finish(fig: Figure, title: str, keys: Mapping[str, Artist] | None = None) ->
     if entries:
         ncol = -(-len(entries) // int(fig.get_figheight() * 5))  # ~5 entries per inch
         legend = fig.legend(entries.values(), entries.keys(), loc="outside right upper",
-                            fontsize=8, frameon=False, ncol=ncol)  # fmt: skip
-        extent = legend.get_window_extent(fig.canvas.get_renderer())
-        fig.set_figwidth(width + extent.width / fig.dpi + 0.2)
-    lines = textwrap.wrap(title, int(width * 12))  # characters of a 12-point title per inch
-    fig.suptitle("\n".join(lines), x=width / fig.get_figwidth() / 2, fontsize=12)
+                            fontsize=8, frameon=False, ncol=ncol, borderpad=1.2)  # fmt: skip
+        extent = legend.get_window_extent(renderer)
+        fig.set_figwidth(width + extent.width / fig.dpi + MARGIN)
+    else:  # the panels' right edge as far from the figure's as a legend's text would be
+        fig.get_layout_engine().set(rect=(0, 0, 1 - MARGIN / 2 / width, 1))
+    heading = fig.suptitle(title, x=width / fig.get_figwidth() / 2, fontsize=12)
+    room = (width - MARGIN) * fig.dpi
+    for chars in range(len(title), 10, -1):  # the fewest lines that fit over the panels
+        heading.set_text("\n".join(textwrap.wrap(title, chars)))
+        if heading.get_window_extent(renderer).width <= room:
+            break
+    lines = len(textwrap.wrap(title, chars))
+    while chars > 10 and len(textwrap.wrap(title, chars - 1)) == lines:  # of even lengths
+        chars -= 1
+    heading.set_text("\n".join(textwrap.wrap(title, chars)))
+    fig.draw_without_rendering()  # the layout: where the panels are
+    boxes = [ax.get_position() for ax in fig.axes if ax.get_visible()]
+    middle = (min(b.x0 for b in boxes) + max(b.x1 for b in boxes)) / 2
+    half = heading.get_window_extent(renderer).width / 2 / fig.bbox.width
+    heading.set_x(float(np.clip(middle, half + 0.01, width / fig.get_figwidth() - half)))
     return fig
+
+
+def _sweep_of(series: str, sweeps: Sequence[str]) -> int | None:
+    """The place of a series' sweep among a figure's ``sweeps`` (None without a prefix)."""
+    sweep = series.rsplit("/", 1)[0] if "/" in series else ""
+    return list(sweeps).index(sweep) if sweep in sweeps else None
 
 
 def marker(series: str, sweeps: Sequence[str]) -> str:
     """The marker of a series' sweep: the i-th of :data:`MARKERS` for the i-th of a
     figure's ``sweeps`` (a circle for a series without a sweep prefix)."""
-    sweep = series.rsplit("/", 1)[0] if "/" in series else ""
-    return MARKERS[list(sweeps).index(sweep) % len(MARKERS)] if sweep in sweeps else "o"
+    i = _sweep_of(series, sweeps)
+    return "o" if i is None else MARKERS[i % len(MARKERS)]
+
+
+def bar_style(series: str, sweeps: Sequence[str]) -> dict[str, Any]:
+    """A bar's colour (the variant's) and hatch (the i-th of :data:`HATCHES` for the i-th
+    of a figure's ``sweeps``): bars of one variant in several sweeps told apart."""
+    i = _sweep_of(series, sweeps)
+    hatch = "" if i is None else HATCHES[i % len(HATCHES)]
+    return {"color": color(series), "hatch": hatch, "edgecolor": "w", "linewidth": 0}
 
 
 def sweeps(df: pd.DataFrame) -> list[str]:
@@ -169,13 +205,15 @@ def traces(
 ) -> Iterator[tuple[str, dict[str, Any], pd.DataFrame]]:
     """``rows``' lines, each (label, style, its rows sorted by K), told apart within the
     figure drawn from ``figure``: colour by variant (the speculator), marker by sweep, line
-    style by engine instances where those vary (then named in the label as N)."""
+    style and marker fill by engine instances where those vary (then named in the label as
+    N; the fill tells them apart where a line has one point)."""
     sweep_list, ns = sweeps(figure), sorted(instances(figure).unique())
     grouped = rows.assign(_n=instances(rows)).groupby(["series", "_n"], sort=True)
     for (series, n), g in grouped:
         label = f"{series}, N={n}" if len(ns) > 1 else series
+        i = ns.index(n)
         style = {"color": color(series), "marker": marker(series, sweep_list),
-                 "ls": LINES[ns.index(n) % len(LINES)]}  # fmt: skip
+                 "ls": LINES[i % len(LINES)], "fillstyle": FILLS[i % len(FILLS)]}  # fmt: skip
         yield label, style, g.sort_values("k") if "k" in g else g
 
 

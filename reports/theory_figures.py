@@ -77,17 +77,16 @@ def fig_theory_tokens(t: ReportTables) -> Figure | None:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 5), layout="constrained")
     draw_expected_tokens(ax, simulate.ALPHAS, int(rows["k"].max()) + 1)
-    markers = "osD^vP"
-    for i, ((series, dataset), g) in enumerate(rows.groupby(["series", "dataset"], sort=True)):
-        ax.errorbar(
-            g["k"],
-            g["mean_acceptance_length"],
-            yerr=plotting.yerr(g, "mean_acceptance_length"),
-            fmt=markers[i % len(markers)],
-            capsize=3,
-            color=plotting.color(series),
-            label=f"{series} on {dataset}",
-        )
+    datasets = [d for d, _ in plotting.datasets(rows)]
+    lines = []
+    for j, dataset in enumerate(datasets):  # a marker per dataset where several share the axes
+        shape = {"marker": plotting.MARKERS[j % len(plotting.MARKERS)]} if len(datasets) > 1 else {}
+        lines += [(f"{label} on {dataset}", {**style, **shape, "ls": "none"}, g)
+                  for label, style, g in plotting.traces(rows[rows["dataset"] == dataset], rows)]  # fmt: skip
+    for i, (label, style, g) in enumerate(lines):
+        ax.errorbar(g["k"] + plotting.dodge(i, len(lines), 0.04), g["mean_acceptance_length"],
+                    yerr=plotting.yerr(g, "mean_acceptance_length"), capsize=3, label=label,
+                    **style)  # fmt: skip
     return plotting.finish(fig, "Measured mean acceptance length on the theory curves E(a, K)")
 
 
@@ -117,7 +116,7 @@ def fig_theory_cost(t: ReportTables) -> Figure | None:
         for series, mine, g in plotting.traces(sub, rows):
             color = mine["color"]
             ax.errorbar(g["k"], g["speedup_tpot"], yerr=plotting.yerr(g, "speedup_tpot"),
-                        fmt=mine["marker"], ms=7, color=color, capsize=3,
+                        fmt=mine["marker"], fillstyle=mine["fillstyle"], ms=7, color=color, capsize=3,
                         label=f"{series} measured (95% CI)")  # fmt: skip
             for column, style, label, name in COST_MODELS:
                 if g[column].notna().any():

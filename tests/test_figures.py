@@ -6,8 +6,10 @@ import dataclasses
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.image import imread
 
 from reports import figures, load, plotting, tables
 from reports.report import make_report
@@ -17,12 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 V = {x.name: x for x in run_fixtures.SEED_STUDY}
 
 
-def _sweep(root, pairing: str) -> tables.ReportTables:
-    """cot at K = 0 and cot_sd at K = 1 and 3 on one dataset, 20 problems."""
-    for name, k in (("cot", 0), ("cot_sd", 1), ("cot_sd", 3)):
-        job = run_fixtures.Job(pairing, V[name], "synth_easy", "easy", k, n_problems=20,
-                               pairing=pairing)  # fmt: skip
-        run_fixtures.write_job(root, job)
+def _sweep(root, pairing: str, sweeps: tuple[str, ...] = ()) -> tables.ReportTables:
+    """cot at K = 0 and cot_sd at K = 1 and 3 on one dataset, 20 problems, rejection
+    tokens recorded; in one sweep named for its pairing, or in each of ``sweeps``."""
+    for sweep in sweeps or (pairing,):
+        for name, k in (("cot", 0), ("cot_sd", 1), ("cot_sd", 3)):
+            job = run_fixtures.Job(sweep, V[name], "synth_easy", "easy", k, n_problems=20,
+                                   pairing=pairing, detailed=True)  # fmt: skip
+            run_fixtures.write_job(root, job)
     return tables.build_tables(load.load(root), n_boot=50)
 
 
@@ -126,4 +130,59 @@ def test_accuracy_zero_everywhere_is_not_drawn_and_the_report_says_why(tmp_path)
     assert shown["accuracy_by_variant"].path is None
     assert shown["accuracy_by_variant"].note == figures.NOTHING_RIGHT
     assert not (tmp_path / "figs" / "accuracy_by_variant.png").exists()
+    plt.close("all")
+
+
+def test_no_figure_draws_past_its_edge_and_legends_keep_a_margin(tmp_path):
+    # the forest plot's title ran past its left edge, its legend flush with the right one
+    t = _sweep(tmp_path / "res", "interleaved")
+    forest = figures.fig_forest(t)
+    forest.canvas.draw()
+    (legend,) = forest.legends
+    gap = forest.bbox.x1 - max(text.get_window_extent().x1 for text in legend.get_texts())
+    assert gap >= 0.1 * forest.dpi and forest.dpi == plotting.DPI  # measured as saved
+    plt.close("all")
+    shown = [s for s in figures.render_report(t, tmp_path / "figs") if s.path]
+    assert {s.name for s in shown} >= {"speedup_forest", "latency_cdf", "rejection_kinds"}
+    alone = figures.fig_forest(_sweep(tmp_path / "seq", "sequential"))  # no A/A: no legend
+    shown.append(plotting.save(alone, tmp_path / "seq", "forest without a legend", "", ""))
+    for s in shown:
+        ink = imread(s.path)[..., :3].min(axis=2) < 0.95
+        edges = ink[:3].any() or ink[-3:].any() or ink[:, :3].any() or ink[:, -3:].any()
+        assert not edges, f"{s.name} draws to its edge"
+
+
+def _styles(ax) -> dict[str, tuple]:
+    """Each labelled line's (colour, marker, line style) and bar set's (colour, hatch)."""
+    lines = {x.get_label(): (x.get_color(), x.get_marker(), x.get_linestyle())
+             for x in ax.get_lines()}  # fmt: skip
+    bars = {b.get_label(): (tuple(b.patches[0].get_facecolor()), b.patches[0].get_hatch())
+            for b in ax.containers if hasattr(b, "patches")}  # fmt: skip
+    return {k: v for k, v in {**lines, **bars}.items() if not k.startswith("_")}
+
+
+def test_latency_cdfs_of_one_variant_in_two_sweeps_are_told_apart(tmp_path):
+    # every series drew in its variant's colour; an interleaved group drew no baseline
+    t = _sweep(tmp_path, "interleaved", sweeps=("a", "b"))
+    (ax,) = figures.fig_latency_cdf(t).axes
+    styles = _styles(ax)
+    assert sorted(styles) == ["a/cot_sd, K=3", "a/cot_sd: baseline (K=0)",
+                              "b/cot_sd, K=3", "b/cot_sd: baseline (K=0)"]  # fmt: skip
+    assert len(set(styles.values())) == len(styles)
+    baseline = next(
+        line for line in ax.get_lines() if line.get_label() == "a/cot_sd: baseline (K=0)"
+    )
+    paired = t.requests[(t.requests["sweep_id"] == "a") & (t.requests["k"] == 3)]["pair_e2e_s"]
+    assert np.array_equal(np.unique(baseline.get_xdata()), np.unique(paired))  # its own pairs
+    plt.close("all")
+
+
+@pytest.mark.parametrize("fig", [figures.fig_rejections, figures.fig_output_tokens])
+def test_bars_of_one_variant_in_two_sweeps_are_told_apart(tmp_path, fig):
+    # r1/cot_sd, r2/cot_sd and r3/cot_sd were three bars of one colour and nothing else
+    t = _sweep(tmp_path, "interleaved", sweeps=("a", "b"))
+    (ax,) = fig(t).axes
+    styles = _styles(ax)
+    assert {"a/cot_sd", "b/cot_sd"} <= set(styles)
+    assert len(set(styles.values())) == len(styles)
     plt.close("all")
