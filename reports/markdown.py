@@ -589,8 +589,14 @@ def report(
     n_sweeps = t.requests["sweep_id"].nunique()
     out += [
         f"{len(t.runs)} runs from {n_sweeps} sweep(s) under `{source}` ({which}): "
-        f"{len(t.requests)} requests, {len(t.table)} configurations; "
-        f"{len(t.skipped)} run director{'y' if len(t.skipped) == 1 else 'ies'} skipped.",
+        f"{len(t.requests)} requests, {len(t.table)} configurations"
+        + (
+            f" at their speculators' own acceptance, and {len(t.whatif)} what-if "
+            "configurations at a set acceptance (their own section)"
+            if len(t.whatif)
+            else ""
+        )
+        + f"; {len(t.skipped)} run director{'y' if len(t.skipped) == 1 else 'ies'} skipped.",
         "",
         *lead,
         *_hypotheses(t.verdicts),
