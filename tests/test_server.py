@@ -91,6 +91,9 @@ def test_an_interleaved_server_job_pairs_each_request_with_the_plain_targets_ser
     # the plain target's server starts beside the job's (the job's own may be live already)
     assert live.launches(server.SERVER) - launches == (1 if summary.engine_reused else 2)
     assert summary.job.pairing == "interleaved" and summary.counter_mismatch is None
+    # the drift sentinel times the fixed request on the plain target's server at both ends
+    assert summary.reference["engine"] == "baseline" and summary.reference["k"] == 0
+    assert summary.reference["start_s"] > 0 and summary.reference["end_s"] > 0
     rows = _rows(cfg)
     assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
     # (on two loaded cores a whole answer can arrive in one burst: e2e = TTFT, TPOT 0)

@@ -234,3 +234,28 @@ def reference(llm: Any, tokenizer: Any, k: int, requests: int) -> float | None:
     times = [step_costs([t])[0] for t in _time(llm, batch, k, 1)]
     timed = [t for t in times if t is not None]
     return statistics.median(timed) if timed else None
+
+
+def served_reference(generator: Any, tokenizer: Any, k: int, requests: int) -> float | None:
+    """:func:`reference` over a backend's generator that steps elsewhere (a server): each
+    request's whole time (e2e, from its send) over its units (tokens at K = 0, verify steps
+    at K > 0). Not e2e - TTFT: a server on busy cores can stream a short answer in one
+    burst, which leaves no decode time to read."""
+    from harness.backends.arrivals import Load
+
+    timings: list[Timing] = []
+
+    def on_output(_: int, completion: Any) -> None:
+        units = len(completion.token_ids)
+        if k > 0 and completion.histogram is not None:
+            counts = metrics.counts_from_histogram(
+                completion.histogram, completion.num_draft_tokens
+            )
+            units = counts.num_steps
+        timings.append(Timing(completion.e2e_s, units))
+
+    params = sampling_params()
+    generator.generate(prompts(tokenizer, 1) * requests, params, Load(1), on_output)
+    times = [per_unit_s([t]) for t in timings]
+    timed = [t for t in times if t is not None]
+    return statistics.median(timed) if timed else None

@@ -16,7 +16,8 @@ from typing import Any
 
 from harness import backends, metrics, provenance, results, tracking
 from harness.backends import live
-from harness.calibration.timing import reference
+from harness.backends.base import Generator
+from harness.calibration import timing
 from harness.checks import unwritable
 from harness.config import ConfigError
 from harness.data.datasets import DatasetError
@@ -112,23 +113,28 @@ class Started:
 
 
 class Reference:
-    """The drift sentinel of one job: a fixed calibration request
-    (:func:`harness.calibration.timing.reference`) timed on one engine at the job's start and end,
-    on its baseline engine when interleaved (the plain target, the same across the
-    target's jobs), else on its own."""
+    """The drift sentinel of one job: a fixed calibration request timed on one engine or
+    server at the job's start and end, on its baseline when interleaved (the plain target,
+    the same across the target's jobs), else on its own: an engine stepped in this process
+    by :func:`harness.calibration.timing.reference`, a server by
+    :func:`~harness.calibration.timing.served_reference`."""
 
-    def __init__(self, job: PreparedJob, llm: Any, requests: int):
+    def __init__(self, job: PreparedJob, on: Generator, llm: Any | None, requests: int):
         from harness.checks import load_tokenizer
 
-        self.llm, self.tokenizer, self.requests = llm, load_tokenizer(job.spec.target), requests
         self.k = 0 if job.baseline is not None else job.info.k
         self.engine = "baseline" if job.baseline is not None else "job"
-        self.start_s = reference(llm, self.tokenizer, self.k, requests)
+        tokenizer = load_tokenizer(job.spec.target)
+        if llm is not None:
+            self._time = lambda: timing.reference(llm, tokenizer, self.k, requests)
+        else:
+            self._time = lambda: timing.served_reference(on, tokenizer, self.k, requests)
+        self.start_s = self._time()
         self.end_s: float | None = None
 
     def end(self) -> None:
         """Time the reference again, after the job's requests."""
-        self.end_s = reference(self.llm, self.tokenizer, self.k, self.requests)
+        self.end_s = self._time()
 
     def to_row(self) -> dict[str, Any]:
         """The summary's ``reference``: engine, k, start_s and end_s (seconds per unit)."""
@@ -183,26 +189,24 @@ def combine(job: PreparedJob, parts: list[Outcome]) -> Outcome:
 
 def _instance(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome:
     """Instance ``index`` of the job (``job`` is its part) on its backend's live engines or
-    servers (its own, and its baseline when interleaved); an engine stepped in this process
-    is calibrated at the first instance and watched by the drift sentinel. On any error
-    every live backend stops."""
+    servers (its own, and its baseline when interleaved), watched by the drift sentinel; an
+    engine stepped in this process is calibrated at the first instance. On any error every
+    live backend stops."""
     backend = backends.of(cfg)
     logs = results.sweep_dir(cfg) / results.SERVER_LOGS
     got = backend.instance(cfg, job.specs, index, logs)
     (own, reused), baseline = got[0], (got[1][0] if len(got) > 1 else None)
     llm = backend.in_process(own)
     plain = None if baseline is None else backend.in_process(baseline)
-    sentinel = None
     try:
         for generator in (own, baseline)[: len(got)]:
             warm_up(job, generator)
-        if llm is not None:
-            if cfg.calibrate and index == 0:
-                calibrate.on_live_engine(cfg, job.spec, llm, plain)
-            sentinel = Reference(job, plain or llm, cfg.sentinel_requests)
+        if llm is not None and cfg.calibrate and index == 0:
+            calibrate.on_live_engine(cfg, job.spec, llm, plain)
+        watched = own if baseline is None else baseline
+        sentinel = Reference(job, watched, plain or llm, cfg.sentinel_requests)
         records, wall_s, counts = run(job, own, progress, baseline)
-        if sentinel is not None:
-            sentinel.end()
+        sentinel.end()
     except BaseException:
         live.clear()
         raise
@@ -211,8 +215,7 @@ def _instance(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome
     lost = backend.shares_counters and restarted
     started = Started(own.start_s, reused, backend.launches())
     counts = None if lost else counts
-    row = None if sentinel is None else sentinel.to_row()
-    return Outcome(records, wall_s, counts, records, started, row)
+    return Outcome(records, wall_s, counts, records, started, sentinel.to_row())
 
 
 def measure(cfg: Any, job: PreparedJob, progress: bool = True) -> Outcome:
