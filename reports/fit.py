@@ -219,8 +219,9 @@ def with_predictions(
     costs = (out["t_target_s"], out["t_step_s"], out.pop("_t_draft"), t_plain, out["k"])
     model = theory.predict_from_costs(steps, *costs, undrafted, t_undrafted)
     out["tpot_predicted_s"] = out["t_target_s"] / model.speedup
+    listed = [out[c].map(lambda x: isinstance(x, list)) for c in ("_tokens", "_rates_lo")]
+    at = open_loop(out) & listed[0] & listed[1]
     tokens, each = out.pop("_tokens"), out.pop("_each")
-    at = open_loop(out) & tokens.map(lambda t: isinstance(t, list))
     for end in ("lo", "hi"):
         rates = out.pop(f"_rates_{end}")
         end_steps = pd.Series(np.nan, index=out.index)
