@@ -106,6 +106,7 @@ class RequestRecord:
     itl_s: tuple[float, ...] | None = field(default=None, kw_only=True)
     # interleaved pairing: the same problem on the job's baseline engine, seconds away
     # (``harness.measure.pairing``); None when the job ran alone
+    pair_sent_s: float | None = field(default=None, kw_only=True)  # server: its own window's
     pair_ttft_s: float | None = field(default=None, kw_only=True)
     pair_e2e_s: float | None = field(default=None, kw_only=True)
     pair_tpot_s: float | None = field(default=None, kw_only=True)

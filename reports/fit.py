@@ -28,8 +28,10 @@ COLUMNS = (
 PREDICTED = (
     "t_target_s", "t_step_s", "c", "speedup_tpot_predicted", "speedup_tpot_predicted_simple",
     "acceptance_preflight", "mean_acceptance_length_preflight", "speedup_tpot_preflight",
-    "speedup_off_predicted",
+    "speedup_off_predicted", "tpot_predicted_s", "speedup_tpot_predicted_lo",
+    "speedup_tpot_predicted_hi",
 )  # fmt: skip
+ENGINE = ("sweep_id", "target", "draft", "k", "k_schedule")  # a calibrated engine spec
 WITHIN = 0.10  # the model check: |measured / predicted - 1| <= WITHIN
 
 
@@ -65,6 +67,55 @@ def verify_steps(cal: pd.DataFrame) -> pd.DataFrame:
     off = (spec["k_schedule"] != load.FIXED_K) & spec["per_unit_s"].isna()
     off &= spec["undrafted_step_s"].notna()  # timed per token (timing.without_drafts)
     return spec.assign(per_unit_s=spec["per_unit_s"].mask(off, lower).astype(float))
+
+
+def cost_at(levels: pd.Series, batch: float) -> float:
+    """A calibrated cost (``levels``, indexed by concurrency) at batch size ``batch``:
+    linear in log cost over log batch size between the calibrated concurrencies, clamped
+    to the calibrated range (the nearest end's cost outside it); NaN without a calibrated
+    level or a batch size."""
+    levels = levels.dropna()
+    if levels.empty or not np.isfinite(batch):
+        return np.nan
+    levels = levels.groupby(level=0).mean().sort_index()
+    x, y = np.log(levels.index.to_numpy(float)), np.log(levels.to_numpy(float))
+    return float(np.exp(np.interp(np.log(batch), x, y)))
+
+
+def open_loop(table: pd.DataFrame) -> pd.Series:
+    """The K > 0 rows at an open-loop request rate with a measured batch size
+    (``reports.serving.with_batch_sizes``): the rows priced at the batch sizes they ran."""
+    if "batch_size" not in table:
+        return pd.Series(False, index=table.index)
+    rate = table["request_rate"] != load.CLOSED_LOOP
+    return (table["k"] > 0) & rate & table["batch_size"].notna()
+
+
+def _at_load(table: pd.DataFrame, cal: pd.DataFrame) -> pd.DataFrame:
+    """The step costs of the :func:`open_loop` rows at the batch sizes they ran (NaN on
+    other rows), each by :func:`cost_at`: ``t_step`` (a verify step of the row's engine)
+    and ``t_undrafted`` (its step without drafts, else the plain target's token) at
+    ``batch_size``; ``t_target`` (an interleaved calibration's plain target timed in its
+    window, else the plain target calibrated alone) at ``baseline_batch_size``, else at
+    ``batch_size``."""
+    costs = pd.DataFrame(np.nan, index=table.index, columns=["t_step", "t_undrafted", "t_target"])
+    spec = verify_steps(cal).set_index("concurrency")
+    plain = cal[(cal["k"] == 0) & (cal["draft"] == load.NO_DRAFT)].set_index("concurrency")
+    for i, row in table[open_loop(table)].iterrows():
+        own = spec[np.logical_and.reduce([spec[c] == row[c] for c in ENGINE])]
+        alone = plain.loc[(plain["sweep_id"] == row["sweep_id"])
+                          & (plain["target"] == row["target"]), "per_unit_s"]  # fmt: skip
+        b = row["batch_size"]
+        b0 = row["baseline_batch_size"] if np.isfinite(row["baseline_batch_size"]) else b
+        window = own["baseline_per_unit_s"] if row["pairing"] == "interleaved" else own[[]]
+        undrafted = cost_at(own["undrafted_step_s"], b)
+        target = cost_at(window, b0) if not window.empty else np.nan
+        costs.loc[i] = [
+            cost_at(own["per_unit_s"], b),
+            undrafted if np.isfinite(undrafted) else cost_at(alone, b),
+            target if np.isfinite(target) else cost_at(alone, b0),
+        ]
+    return costs
 
 
 def preflights(runs: pd.DataFrame) -> pd.DataFrame:
@@ -109,15 +160,21 @@ def _decode(requests: pd.DataFrame) -> pd.DataFrame:
 def with_predictions(
     table: pd.DataFrame, positions: pd.DataFrame, runs: pd.DataFrame, requests: pd.DataFrame
 ) -> pd.DataFrame:
-    """``table`` (aggregates) plus the :data:`PREDICTED` columns (NaN on K = 0 rows)."""
+    """``table`` (aggregates) plus the :data:`PREDICTED` columns (NaN on K = 0 rows).
+
+    Each row is priced at its ``concurrency``; an :func:`open_loop` row at the batch sizes
+    it ran (:func:`_at_load`; c and ``speedup_off_predicted`` stay at its concurrency), with
+    ``speedup_tpot_predicted_lo`` / ``_hi`` from every position's acceptance at its 95%
+    CI's low / high end (NaN on other rows)."""
     table = table.drop(columns=list(PREDICTED), errors="ignore")
     if table.empty:
         return table.assign(**{c: pd.Series(dtype=float) for c in PREDICTED})
     group = list(aggregate.GROUP)
-    rates = positions.sort_values("position").groupby(group, dropna=False)["acceptance"]
+    ends = {"acceptance": "_rates", "lo": "_rates_lo", "hi": "_rates_hi"}
+    rates = positions.sort_values("position").groupby(group, dropna=False)[list(ends)]
     steps = (
         rates.agg(list)
-        .rename("_rates")
+        .rename(columns=ends)
         .reset_index()
         .merge(_decode(requests).reset_index(), on=group, how="left")
     )
@@ -125,8 +182,9 @@ def with_predictions(
         theory.decode_steps(r, t, u) if isinstance(t, list) else (np.nan, np.nan)
         for r, t, u in zip(steps["_rates"], steps["_tokens"], steps["_undrafted"], strict=True)
     ]
+    steps["_each"] = steps["_undrafted"]  # per request, for the interval's ends
     steps[["_steps", "_undrafted"]] = per_token if per_token else np.empty((0, 2))
-    steps = steps[[*group, "_steps", "_undrafted"]]
+    steps = steps[[*group, "_steps", "_undrafted", "_rates_lo", "_rates_hi", "_tokens", "_each"]]
     cal = calibration(runs)
     at = ["sweep_id", "target", "concurrency"]
     zero = cal["k"] == 0
@@ -154,8 +212,25 @@ def with_predictions(
     t_plain = out.pop("_t_plain")
     steps, undrafted = out.pop("_steps"), out.pop("_undrafted")
     t_undrafted = out.pop("_t_undrafted").fillna(t_plain)
+    at_load = _at_load(out, cal)
+    out["t_step_s"] = at_load["t_step"].fillna(out["t_step_s"])
+    out["t_target_s"] = at_load["t_target"].fillna(out["t_target_s"])
+    t_undrafted = at_load["t_undrafted"].fillna(t_undrafted)
     costs = (out["t_target_s"], out["t_step_s"], out.pop("_t_draft"), t_plain, out["k"])
     model = theory.predict_from_costs(steps, *costs, undrafted, t_undrafted)
+    out["tpot_predicted_s"] = out["t_target_s"] / model.speedup
+    listed = [out[c].map(lambda x: isinstance(x, list)) for c in ("_tokens", "_rates_lo")]
+    at = open_loop(out) & listed[0] & listed[1]
+    tokens, each = out.pop("_tokens"), out.pop("_each")
+    for end in ("lo", "hi"):
+        rates = out.pop(f"_rates_{end}")
+        end_steps = pd.Series(np.nan, index=out.index)
+        end_steps[at] = [
+            theory.decode_steps(rates[i], tokens[i], each[i])[0] for i in out.index[at]
+        ]
+        out[f"speedup_tpot_predicted_{end}"] = theory.speedup_from_costs(
+            end_steps, out["t_target_s"], out["t_step_s"], undrafted, t_undrafted
+        )
     out["c"] = model.c
     out["speedup_off_predicted"] = t_plain / out.pop("_t_off")
     out["speedup_tpot_predicted"] = model.speedup

@@ -173,7 +173,7 @@ def _read_job(job: Path) -> tuple[pa.Table, dict[str, Any]] | Skipped:
 def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
     """One flat runs-table row: scalars as they are, ``versions``/``hardware``/``spec``
     fields prefixed with their key (``spec_accepted_per_pos`` stays a list), and the
-    config's ``max_tokens`` and SLO bounds (``slo_ttft_ms``, ...)."""
+    config's ``max_tokens``, ``pair_window`` and SLO bounds (``slo_ttft_ms``, ...)."""
     row: dict[str, Any] = {k: v for k, v in summary.items() if k not in NESTED}
     for key in NESTED[1:]:
         for name, value in (summary.get(key) or {}).items():
@@ -182,6 +182,7 @@ def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
     row |= problem_set(summary)
     config = summary.get("config") or {}
     row["max_tokens"] = config.get("max_tokens")
+    row["pair_window"] = config.get("pair_window")
     slo = config.get("slo") or {}
     row |= {f"slo_{name}": slo.get(name) for name in metrics.SLO_BOUNDS}
     row["path"] = str(path)

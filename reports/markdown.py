@@ -172,11 +172,14 @@ SERVING: list[Column] = [
     ("achieved req/s", lambda r: num(r["request_throughput"], 2)),
     ("output tok/s", lambda r: num(r["throughput_tok_s"], 1)),
     ("TTFT p50 / p99 ms", lambda r: f"{num(r['ttft_p50_s'], 0, 1000)} / {num(r['ttft_p99_s'], 0, 1000)}"),
+    ("batch own / plain", lambda r: f"{num(r['batch_size'], 1)} / {num(r['baseline_batch_size'], 1)}"),
     ("TPOT ms", lambda r: ci(r, "tpot_s", 1, 1000)),
+    ("predicted TPOT ms", lambda r: num(r["tpot_predicted_s"], 1, 1000)),
     ("ITL p50 / p99 ms", lambda r: f"{num(r['itl_p50_s'], 1, 1000)} / {num(r['itl_p99_s'], 1, 1000)}"),
     ("goodput req/s", lambda r: num(r["goodput"], 2)),
     ("SLO ms", _col("slo")),
     ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
+    ("predicted TPOT speedup", lambda r: _predicted(r, "speedup_tpot_predicted", num)),
     ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
 ]  # fmt: skip
 CROSSOVER: list[Column] = [
@@ -187,7 +190,23 @@ CROSSOVER: list[Column] = [
     ("helps up to (CI > 1)", lambda r: _rate(r, "helps_up_to")),
     ("crossover (first < 1)", lambda r: _rate(r, "first_below_1")),
     ("hurts from (CI < 1)", lambda r: _rate(r, "hurts_from")),
+    ("predicted crossover", lambda r: _predicted(r, "predicted_crossover", _rate_or_more)),
 ]
+
+
+def _rate_or_more(x: object, digits: int = 2) -> str:
+    """A crossover rate's end; a NaN end lies past the rates run."""
+    return f"{x:.{digits}f}" if pd.notna(x) else "past the rates run"
+
+
+def _predicted(r: pd.Series, name: str, show: Callable[..., str]) -> str:
+    """A prediction and its interval (``<name>_lo`` / ``_hi``, acceptance at its CI's
+    ends); the point alone where it has none."""
+    if pd.isna(r.get(name)):
+        return "–"
+    lo, hi = r.get(f"{name}_lo"), r.get(f"{name}_hi")
+    ends = f" ({show(lo, 2)} to {show(hi, 2)})" if pd.notna(lo) else ""
+    return f"{show(r[name], 2)}{ends}"
 
 
 SCHEDULES: list[Column] = [
@@ -243,11 +262,18 @@ def _serving(rows: pd.DataFrame, cross: pd.DataFrame) -> list[str]:
            "carries one verify step's tokens); goodput counts the requests per second that "
            "met every bound of the SLO shown (the job's `slo`, or the report's `slo.*` "
            "overrides; – without one); each speedup pairs the row "
-           "with K = 0 at the same rate (95% CIs).", "",
+           "with K = 0 at the same rate (95% CIs). `batch own / plain`: the mean number of "
+           "requests in decode beside each decode token (the row's, then its baseline's), "
+           "read from the send times; the cost model prices each row's steps at those batch "
+           "sizes (predicted TPOT and speedup; in brackets the speedup with every draft "
+           "position's acceptance at its 95% CI's low and high end).", "",
            table(rows, SERVING), ""]  # fmt: skip
     if not cross.empty:
         out += ["Where speculation stops paying (TPOT speedup along the request rates, req/s; "
-                "– where no rate qualifies):", "", table(cross, CROSSOVER), ""]  # fmt: skip
+                "– where no rate qualifies); the predicted crossover is the rate where the "
+                "predicted speedup falls to 1, linear between the rates run (the lowest rate "
+                "when it is below 1 there), with the same along the acceptance CI's ends "
+                "in brackets:", "", table(cross, CROSSOVER), ""]  # fmt: skip
     return out
 
 

@@ -1,5 +1,6 @@
-"""Speculation under load: the server backend's groups by request rate, the load at which
-speculation stops paying, and a K schedule by batch size to deploy.
+"""Speculation under load: the batch sizes the server ran, the server backend's groups by
+request rate, the load at which speculation stops paying (measured and predicted), and a K
+schedule by batch size to deploy.
 
 A group's speedup at a request rate pairs it with the K = 0 group at the same rate
 (``reports.aggregate``); the crossover of a speculative configuration reads those
@@ -16,9 +17,103 @@ import pandas as pd
 
 from harness import schedule
 from harness.backends import streamed
+from reports.aggregate import BASELINE, FAILED, GROUP
 from reports.load import CLOSED_LOOP, FIXED_K
 
 CONFIGURATION = ["sweep_id", "variant", "dataset", "k", "concurrency"]
+BATCH = ("batch_size", "baseline_batch_size")  # the columns :func:`with_batch_sizes` adds
+
+
+def in_decode(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per decode interval [start, end) of one time origin: the mean number of intervals
+    open over it, its own included (the overlaps' sum over its length); NaN for an
+    empty or unknown interval."""
+    overlap = np.minimum(end[:, None], end[None, :]) - np.maximum(start[:, None], start[None, :])
+    total = np.nansum(np.clip(overlap, 0.0, None), axis=1)
+    length = end - start
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(length > 0, total / length, np.nan)
+
+
+def _origins(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.Series:
+    """The time origin of each request's ``sent_s``: one per (run, engine instance), and
+    per window of an interleaved run (each side's window is one ``generate`` call that
+    restarts the clock: consecutive problems, ``pair_window`` of them, else the job's
+    concurrency; a record's rows are in problem order within its instance)."""
+    run = ["sweep_id", "run_id"]
+    given = runs.reindex(columns=[*run, "pair_window"]).drop_duplicates(run)
+    window = requests[run].merge(given, on=run, how="left")["pair_window"].to_numpy(float)
+    window = np.where(np.isfinite(window) & (window > 0), window, requests["concurrency"])
+    at = requests.groupby([*run, "instance"], sort=False).cumcount().to_numpy()
+    paired = (requests["pairing"] == "interleaved").to_numpy()
+    return pd.Series(np.where(paired, at // window.astype(int), 0), index=requests.index)
+
+
+def batch_sizes(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per request of a streamed run (``requests``' index): ``batch_size``, the mean number
+    of its run's requests in decode over its own decode interval [sent + TTFT, sent + e2e],
+    its own included, and ``pair_batch_size``, its baseline pair's among the pairs of its
+    window (NaN without ``pair_sent_s``: runs recorded before it; NaN offline).
+
+    Assumes every request in flight is running on the server: the client sends at most
+    ``concurrency`` at once and the config keeps ``concurrency <= engine.max_num_seqs``,
+    so no request waits in the server's queue. Requests in prefill are not counted (a
+    request's decode starts at its first token)."""
+    out = pd.DataFrame(np.nan, index=requests.index, columns=["batch_size", "pair_batch_size"])
+    if requests.empty or "sent_s" not in requests:
+        return out
+    served = requests[requests["backend"].map(streamed) & requests["sent_s"].notna()]
+    if served.empty:
+        return out
+    origin = _origins(served, runs)
+    keys = [served["sweep_id"], served["run_id"], served["instance"], origin]
+    pair_sent = served.get("pair_sent_s", pd.Series(np.nan, index=served.index))
+    for rows in served.groupby(keys, sort=False).indices.values():
+        index = served.index[rows]
+        for column, prefix, sent in (("batch_size", "", served["sent_s"]),
+                                     ("pair_batch_size", "pair_", pair_sent)):  # fmt: skip
+            sent = sent.iloc[rows].to_numpy(float)
+            if not np.isfinite(sent).any():
+                continue
+            ttft, e2e = (
+                served[f"{prefix}{t}"].iloc[rows].to_numpy(float) for t in ("ttft_s", "e2e_s")
+            )
+            out.loc[index, column] = in_decode(sent + ttft, sent + e2e)
+    return out
+
+
+def _weighted(values: pd.Series, weights: pd.Series, by: list[pd.Series]) -> pd.Series:
+    """Per group of ``by``: the mean of ``values`` weighted by ``weights`` (finite ones)."""
+    keep = values.notna() & (weights > 0)
+    frame = pd.DataFrame({"w": weights.where(keep, 0.0), "wv": (values * weights).where(keep, 0.0)})
+    sums = frame.groupby(by, dropna=False).sum()
+    return sums["wv"] / sums["w"].where(sums["w"] > 0)
+
+
+def with_batch_sizes(
+    table: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame
+) -> pd.DataFrame:
+    """``table`` (aggregates) plus :data:`BATCH`: per streamed group the batch size its
+    answered requests ran at (:func:`batch_sizes`), a mean weighted by decode tokens
+    (output tokens - 1: the batch a decode token's step ran at, as TPOT prices tokens),
+    and its baseline's: an interleaved group's own pairs' (its own where the records lack
+    the pairs' send times), else the K = 0 groups' at the same load. NaN offline."""
+    table = table.drop(columns=list(BATCH), errors="ignore")
+    if table.empty or requests.empty:
+        return table.assign(**{c: pd.Series(dtype=float) for c in BATCH})
+    ok = requests[~requests.get("finish_reason", pd.Series(index=requests.index)).isin(FAILED)]
+    each = batch_sizes(requests, runs).loc[ok.index]  # failed requests were in flight too
+    by = [ok[c] for c in GROUP]
+    own = _weighted(each["batch_size"], ok["output_tokens"] - 1, by).rename("batch_size")
+    pair_tokens = ok.get("pair_output_tokens", pd.Series(np.nan, index=ok.index)) - 1
+    pair = _weighted(each["pair_batch_size"], pair_tokens.astype(float), by).rename("_pair")
+    out = table.merge(pd.concat([own, pair], axis=1).reset_index(), on=list(GROUP), how="left")
+    k0 = out[out["k"] == 0].groupby(list(BASELINE), dropna=False)["batch_size"].mean()
+    out = out.merge(k0.rename("_k0").reset_index(), on=list(BASELINE), how="left")
+    paired = out["pairing"] == "interleaved"
+    base = out.pop("_pair").where(paired, out.pop("_k0"))
+    out["baseline_batch_size"] = base.fillna(out["batch_size"].where(paired))
+    return out
 
 
 def by_rate(table: pd.DataFrame) -> pd.DataFrame:
@@ -29,12 +124,36 @@ def by_rate(table: pd.DataFrame) -> pd.DataFrame:
     return rows.sort_values([*CONFIGURATION[:3], "k", "request_rate"])
 
 
+def crossing(rate: np.ndarray, speedup: np.ndarray) -> float:
+    """The rate at which ``speedup`` (along increasing ``rate``) falls to 1: linear between
+    the last rate at or above 1 and the first below it; the lowest rate when the first
+    is already below 1, NaN when none is (unknown rates' speedups left out)."""
+    known = np.isfinite(speedup)
+    rate, speedup = rate[known], speedup[known]
+    below = np.flatnonzero(speedup < 1)
+    if not len(below):
+        return np.nan
+    j = below[0]
+    if j == 0:
+        return float(rate[0])
+    r0, r1, s0, s1 = rate[j - 1], rate[j], speedup[j - 1], speedup[j]
+    return float(r0 + (s0 - 1) / (s0 - s1) * (r1 - r0))
+
+
+PREDICTED_CROSSOVER = ("predicted_crossover", "predicted_crossover_lo", "predicted_crossover_hi")
+
+
 def crossovers(table: pd.DataFrame) -> pd.DataFrame:
     """Per speculative configuration measured at two or more open-loop rates: the highest
     rate whose TPOT speedup's 95% CI lies above 1 (``helps_up_to``), the lowest whose
     speedup is below 1 (``first_below_1``: the crossover) and the lowest whose CI lies
-    below 1 (``hurts_from``); NaN where no rate qualifies."""
-    columns = [*CONFIGURATION, "rates", "helps_up_to", "first_below_1", "hurts_from"]
+    below 1 (``hurts_from``); NaN where no rate qualifies. Beside them the cost model's
+    (``reports.fit``, each rate priced at the batch sizes it ran): the rate where its
+    predicted speedup falls to 1 (:func:`crossing`), and the same along the predicted
+    speedups with every position's acceptance at its CI's low and high end (its interval;
+    a NaN high end: the upper curve stays above 1 over the rates run)."""
+    columns = [*CONFIGURATION, "rates", "helps_up_to", "first_below_1", "hurts_from",
+               *PREDICTED_CROSSOVER]  # fmt: skip
     if table.empty:
         return pd.DataFrame(columns=columns)
     rows = table[table["backend"].map(streamed) & (table["k"] > 0)]
@@ -49,6 +168,10 @@ def crossovers(table: pd.DataFrame) -> pd.DataFrame:
         def lowest(mask: pd.Series, rate: np.ndarray = rate) -> float:
             return float(rate[mask.to_numpy()].min()) if mask.any() else np.nan
 
+        def predicted(end: str, g: pd.DataFrame = g, rate: np.ndarray = rate) -> float:
+            column = f"speedup_tpot_predicted{end}"
+            return crossing(rate, g.get(column, pd.Series(np.nan, index=g.index)).to_numpy(float))
+
         helps = g["speedup_tpot_lo"] > 1
         out.append({
             **dict(zip(CONFIGURATION, key, strict=True)),
@@ -56,6 +179,7 @@ def crossovers(table: pd.DataFrame) -> pd.DataFrame:
             "helps_up_to": float(rate[helps.to_numpy()].max()) if helps.any() else np.nan,
             "first_below_1": lowest(g["speedup_tpot"] < 1),
             "hurts_from": lowest(g["speedup_tpot_hi"] < 1),
+            **dict(zip(PREDICTED_CROSSOVER, (predicted(e) for e in ("", "_lo", "_hi")), strict=True)),
         })  # fmt: skip
     return pd.DataFrame(out, columns=columns)
 

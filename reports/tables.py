@@ -28,7 +28,7 @@ class ReportTables:
     requests: pd.DataFrame
     runs: pd.DataFrame
     skipped: tuple[load.Skipped, ...]
-    table: pd.DataFrame  # aggregate.aggregate + fit.with_predictions: one row per group
+    table: pd.DataFrame  # aggregate + serving.with_batch_sizes + fit.with_predictions, by group
     headline: pd.DataFrame  # aggregate.headline
     positions: pd.DataFrame  # aggregate.positions
     fits: pd.DataFrame  # fit.fit: best K per draft configuration
@@ -64,6 +64,7 @@ def build_tables(
     runs = aggregate.with_goodput(req, aggregate.with_lossless(req, results.runs), slo)
     positions = aggregate.positions(req, n_boot, seed)
     table = aggregate.aggregate(req, runs, n_boot, seed)
+    table = serving.with_batch_sizes(table, req, runs)
     table = fit.with_predictions(table, positions, runs, req)
     table = table.merge(specbench.spec_bench(req), on=list(aggregate.GROUP), how="left")
     multi = req["sweep_id"].nunique() > 1

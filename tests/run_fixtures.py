@@ -11,7 +11,9 @@ K > 0 run is lossless. Records go through :class:`harness.records.RequestRecord`
 from __future__ import annotations
 
 import dataclasses
+import json
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,8 +154,12 @@ def step_time(job: Job, draft_as_target: bool = False) -> float:
     return token * (job.k * (job.variant.cost + 0.1 * np.log2(job.concurrency)) + 1)
 
 
-def write_calibration(results_dir: Path, jobs: list[Job]) -> None:
-    """The calibration files ``harness.sweep.calibrate`` would write for ``jobs``' engines."""
+def write_calibration(
+    results_dir: Path, jobs: list[Job], cost: Callable[[Job, bool], float] | None = None
+) -> None:
+    """The calibration files ``harness.sweep.calibrate`` would write for ``jobs``' engines,
+    each unit's seconds ``cost(job, draft_as_target)`` (default :func:`step_time`)."""
+    cost = cost or step_time
     from harness.calibration import record
 
     def save(job: Job, target: str, draft: str | None, seconds: float) -> None:
@@ -166,11 +172,11 @@ def write_calibration(results_dir: Path, jobs: list[Job]) -> None:
 
     for job in jobs:
         v = job.variant
-        save(job, v.target_model, v.draft_model if job.k else None, step_time(job))
+        save(job, v.target_model, v.draft_model if job.k else None, cost(job, False))
         if job.k:
             plain = dataclasses.replace(job, k=0)
-            save(plain, v.target_model, None, step_time(plain))
-            save(plain, str(v.draft_model), None, step_time(job, draft_as_target=True))
+            save(plain, v.target_model, None, cost(plain, False))
+            save(plain, str(v.draft_model), None, cost(job, True))
 
 
 def records(job: Job) -> list[RequestRecord]:
@@ -289,6 +295,15 @@ def write_job(results_dir: Path, job: Job, recs: list[RequestRecord] | None = No
     recs = records(job) if recs is None else recs
     results.write_job(out, recs, summary(job, recs))
     return out
+
+
+def as_before_digests(job_dir: Path) -> None:
+    """Drop the table's sha256 from the summary, as the harness wrote it before digests (a
+    test may then rewrite the table, e.g. without a column added later)."""
+    path = Path(job_dir) / results.SUMMARY
+    summary = json.loads(path.read_text())
+    del summary[results.REQUESTS_SHA256]
+    path.write_text(json.dumps(summary))
 
 
 def zero_middle(path: Path, margin: int = 200) -> None:

@@ -227,6 +227,19 @@ def test_a_speculator_run_at_several_concurrencies_is_also_calibrated_with_specu
     assert speculative["model"] == entry.spec.draft
 
 
+def test_an_open_loop_jobs_engines_are_calibrated_at_the_batch_sizes_load_produces():
+    served = compose_config(["variant=cot_sd", "spec.k=1", "backend=server", "request_rate=2",
+                             "concurrency=12"])  # fmt: skip
+    closed = compose_config(["variant=cot_sd", "spec.k=1", "backend=server", "concurrency=12"])
+    assert calibrate.levels(served) == {1, 2, 4, 8, 12} and calibrate.levels(closed) == {12}
+    found = calibrate.entries([served])
+    job, target = calibrate.job_entry(served), EngineSpec.baseline(served)
+    assert found[job] == {1, 2, 4, 8, 12}
+    assert [c for e, c in found.items() if e.spec == target] == [{1, 2, 4, 8, 12}]
+    drafts = [c for e, c in found.items() if e.k == 0 and e.draft is None and e.spec != target]
+    assert drafts == [{12}]  # the draft as a target prices c, at the cap
+
+
 def test_a_speculative_job_without_a_k0_job_still_calibrates_its_plain_target():
     cfg = compose_config(["variant=cot_sd", "spec.k=3", "spec.synthetic_acceptance_length=2"])
     target = EngineSpec.baseline(cfg)

@@ -45,10 +45,10 @@ def test_a_bad_schedule_is_refused(args):
 def test_join_carries_the_baselines_timing_and_refuses_other_problems():
     job = run_fixtures.Job("t", run_fixtures.SEED_STUDY[3], "synth_easy", "easy", 2, n_problems=3)
     records = run_fixtures.records(job)
-    base = [dataclasses.replace(r, tpot_s=0.05, e2e_s=2.0, ttft_s=0.1) for r in records]
+    base = [dataclasses.replace(r, tpot_s=0.05, e2e_s=2.0, ttft_s=0.1, sent_s=0.5) for r in records]
     joined = pairing.join(records, base)
     assert [r.pair_tpot_s for r in joined] == [0.05] * 3
-    assert [(r.pair_e2e_s, r.pair_ttft_s) for r in joined] == [(2.0, 0.1)] * 3
+    assert [(r.pair_e2e_s, r.pair_ttft_s, r.pair_sent_s) for r in joined] == [(2.0, 0.1, 0.5)] * 3
     assert [r.pair_output_hash for r in joined] == [r.output_hash for r in records]
     assert [r.tpot_s for r in joined] == [r.tpot_s for r in records]
     with pytest.raises(ValueError, match="different problems"):

@@ -59,14 +59,6 @@ def test_missing_results_dir_loads_nothing(tmp_path):
     assert r.requests.empty and r.runs.empty and r.skipped == ()
 
 
-def _as_before_digests(job_dir):
-    """Drop the table's sha256 from the summary, as the harness wrote it before digests."""
-    path = job_dir / harness_results.SUMMARY
-    summary = json.loads(path.read_text())
-    del summary[harness_results.REQUESTS_SHA256]
-    path.write_text(json.dumps(summary))
-
-
 def _break(job_dir, how):
     summary = job_dir / harness_results.SUMMARY
     requests = job_dir / harness_results.REQUESTS
@@ -82,14 +74,14 @@ def _break(job_dir, how):
         requests.write_bytes(b"PAR1 not really parquet")
     elif how == "missing column":  # a run of an older schema
         pq.write_table(pq.read_table(requests).drop_columns(["tpot_s"]), requests)
-        _as_before_digests(job_dir)
+        run_fixtures.as_before_digests(job_dir)
     elif how == "short":
         pq.write_table(pq.read_table(requests).slice(0, N - 1), requests)
     elif how == "zeroed middle":
         run_fixtures.zero_middle(requests)
     elif how == "zeroed middle, no digest":
         run_fixtures.zero_middle(requests)
-        _as_before_digests(job_dir)
+        run_fixtures.as_before_digests(job_dir)
 
 
 REASONS = {
@@ -119,7 +111,7 @@ def test_partial_or_corrupt_run_is_skipped_with_its_reason(results, how):
 
 def test_a_run_without_a_digest_that_reads_back_whole_is_loaded(results):
     root, dirs = results
-    _as_before_digests(dirs[1])
+    run_fixtures.as_before_digests(dirs[1])
     r = load.load(root)
     assert r.skipped == () and len(r.runs) == 3 and len(r.requests) == 3 * N
     digests = r.runs.set_index("variant")[harness_results.REQUESTS_SHA256]
@@ -144,7 +136,7 @@ def test_optional_columns_missing_from_older_files_become_null(results):
     root, dirs = results
     path = dirs[0] / harness_results.REQUESTS
     pq.write_table(pq.read_table(path).drop_columns(["rejection_tokens", "extractor"]), path)
-    _as_before_digests(dirs[0])
+    run_fixtures.as_before_digests(dirs[0])
     r = load.load(root)
     assert r.skipped == ()
     base = r.requests[r.requests["variant"] == "base"]

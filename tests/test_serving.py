@@ -3,14 +3,20 @@ predictions, its check against the best fixed K, and the schedule in an engine s
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
-from harness import schedule
+from harness import results, schedule
+from harness import results as harness_results
 from harness.backends.engine import EngineSpec
 from harness.config import check_command_line, compose_config
 from harness.results import job_name
-from reports import serving
+from reports import aggregate, fit, load, markdown, serving, tables
+from tests import run_fixtures
 
 
 @pytest.mark.parametrize(
@@ -95,3 +101,175 @@ def test_a_k_schedule_reaches_vllm_and_names_the_job():
     assert "num_speculative_tokens_per_batch_size" not in str(EngineSpec.baseline(cfg))
     assert spec != EngineSpec.from_config(compose_config(["variant=cot_sd", "spec.k=3"]))
     assert job_name(cfg) == "cot_sd-synth_easy-k3-c4-ks1-2k3_3-32k0-s0-t0-n30"
+
+
+def _served(tmp_path, job, pair_window=None, **columns):
+    """Write ``job``'s drawn records with ``columns`` set by hand (one value per record)
+    and ``pair_window`` in its config; return the directory."""
+    recs = run_fixtures.with_columns(run_fixtures.records(job), **columns)
+    summary = run_fixtures.summary(job, recs)
+    summary = dataclasses.replace(summary, config={**summary.config, "pair_window": pair_window})
+    out = tmp_path / job.sweep / job.name
+    results.write_job(out, recs, summary)
+    return out
+
+
+def test_a_requests_batch_size_is_the_mean_number_in_decode_over_its_decode():
+    # two decodes overlapping half of each: 1.5 each; a third alone; one with no decode
+    start, end = np.array([0.0, 1.0, 5.0, 7.0]), np.array([2.0, 3.0, 6.0, 7.0])
+    assert serving.in_decode(start, end)[:3].tolist() == [1.5, 1.5, 1.0]
+    assert np.isnan(serving.in_decode(start, end)[3])
+
+
+def test_batch_sizes_restart_at_each_window_and_read_the_pairs_own_send_times(tmp_path):
+    V = {v.name: v for v in run_fixtures.SEED_STUDY}
+    job = run_fixtures.Job("s", V["cot_sd"], "synth_easy", "easy", 2, concurrency=4,
+                           n_problems=4, pairing="interleaved", request_rate=1.0)  # fmt: skip
+    # windows of 2 (pair_window; not the concurrency, 4): each window's clock starts at 0.
+    # Window 0: decodes [0, 2] and [1, 3] (1.5 each); window 1: [0, 2] twice (2 each).
+    # The pairs: window 0 [0, 1] twice (2 each), window 1 [0, 1] and [5, 6] (1 each).
+    tokens = [3, 3, 5, 5]  # decode tokens 2, 2, 4, 4 weigh the group's mean
+    hand = {"sent_s": [0.0, 1.0, 0.0, 0.0], "ttft_s": [0.0] * 4, "e2e_s": [2.0] * 4,
+            "output_tokens": tokens, "pair_sent_s": [0.0, 0.0, 0.0, 5.0],
+            "pair_ttft_s": [0.0] * 4, "pair_e2e_s": [1.0] * 4, "pair_output_tokens": tokens}  # fmt: skip
+    job_dir = _served(tmp_path, job, pair_window=2, **hand)
+    r = load.load(tmp_path)
+    each = serving.batch_sizes(r.requests, r.runs)
+    assert each["batch_size"].tolist() == [1.5, 1.5, 2.0, 2.0]
+    assert each["pair_batch_size"].tolist() == [2.0, 2.0, 1.0, 1.0]
+    table = serving.with_batch_sizes(
+        aggregate.aggregate(r.requests, r.runs, 20), r.requests, r.runs
+    )
+    (row,) = table.to_dict("records")
+    assert row["batch_size"] == pytest.approx((1.5 * 2 * 2 + 2.0 * 4 * 2) / 12)
+    assert row["baseline_batch_size"] == pytest.approx((2.0 * 2 * 2 + 1.0 * 4 * 2) / 12)
+    # without the window the first request would overlap the second window's two
+    alone = r.runs.assign(pair_window=4)
+    assert serving.batch_sizes(r.requests, alone)["batch_size"].tolist()[0] > 1.5
+    # a run recorded before pair_sent_s: no baseline batch size, priced at the job side's
+    path = job_dir / harness_results.REQUESTS
+    pq.write_table(pq.read_table(path).drop_columns(["pair_sent_s"]), path)
+    run_fixtures.as_before_digests(job_dir)
+    old = load.load(tmp_path)
+    assert old.skipped == () and old.requests["pair_sent_s"].isna().all()
+    assert serving.batch_sizes(old.requests, old.runs)["pair_batch_size"].isna().all()
+    table = serving.with_batch_sizes(table, old.requests, old.runs)
+    assert table["baseline_batch_size"].tolist() == table["batch_size"].tolist()
+    # offline runs have no send times: no batch size
+    offline = r.requests.assign(backend="offline")
+    assert serving.batch_sizes(offline, r.runs).isna().all().all()
+
+
+def test_a_calibrated_cost_interpolates_log_log_and_clamps_to_the_calibrated_range():
+    levels = pd.Series([1.0, 4.0, 8.0], index=[1, 4, 8])
+    assert fit.cost_at(levels, 2) == pytest.approx(2.0)  # cost doubles with the batch
+    assert fit.cost_at(levels, np.sqrt(32)) == pytest.approx(np.sqrt(32))
+    assert fit.cost_at(levels, 0.5) == pytest.approx(1.0)
+    assert fit.cost_at(levels, 64) == pytest.approx(8.0)
+    curved = pd.Series([1.0, 9.0], index=[1, 9])  # cost = batch: halfway in logs is 3
+    assert fit.cost_at(curved, 3) == pytest.approx(3.0)
+    assert np.isnan(fit.cost_at(levels, np.nan)) and np.isnan(fit.cost_at(levels[[]], 2))
+
+
+LEVELS = (1, 2, 4, 8, 16, 32)
+
+
+def _steep(job: run_fixtures.Job, draft_as_target: bool) -> float:
+    """A verify step that grows with the batch (K = 2 at batch b: 1 + 0.2 b target tokens);
+    the plain target's token does not."""
+    if draft_as_target:
+        return 0.002
+    return 0.02 * (1 + 0.1 * job.k * job.concurrency)
+
+
+def _serving_sweep(tmp_path, rates=(0.5, 1.0, 2.0, 4.0), decode_s=4.0, n=40, sweep="s"):
+    """K = 0 and K = 2 server runs at each rate, capped at 32 in flight, sent every
+    1 / rate s with ``decode_s`` of decode each, and the steep calibration at
+    :data:`LEVELS`."""
+    V = {v.name: v for v in run_fixtures.SEED_STUDY}
+    for rate in rates:
+        for k in (0, 2):
+            job = run_fixtures.Job(sweep, V["cot_sd"] if k else V["cot"], "synth_easy", "easy",
+                                   k, concurrency=32, n_problems=n, request_rate=rate)  # fmt: skip
+            sent = [i / rate for i in range(n)]
+            _served(tmp_path, job, sent_s=sent, ttft_s=[0.1] * n, e2e_s=[0.1 + decode_s] * n)
+    cal = [run_fixtures.Job(sweep, V["cot_sd"], "synth_easy", "easy", 2, concurrency=c)
+           for c in LEVELS]  # fmt: skip
+    run_fixtures.write_calibration(tmp_path, cal, _steep)
+
+
+def test_a_serving_row_is_priced_at_the_batch_size_it_ran_not_its_cap(tmp_path):
+    _serving_sweep(tmp_path, rates=(1.0,))
+    r = load.load(tmp_path)
+    t = tables.build_tables(r, n_boot=50)
+    spec = t.table[t.table["k"] == 2].iloc[0]
+    # one request every second, 4 s of decode each: about 4 in decode (fewer at the ends)
+    b = spec["batch_size"]
+    assert 3 < b < 4 and spec["baseline_batch_size"] == pytest.approx(b)
+    levels = pd.Series([_steep(j, False) for j in (_job(c) for c in LEVELS)], index=LEVELS)
+    assert spec["t_step_s"] == pytest.approx(fit.cost_at(levels, b))
+    assert spec["t_target_s"] == pytest.approx(0.02)
+    assert spec["tpot_predicted_s"] == pytest.approx(
+        spec["t_target_s"] / spec["speedup_tpot_predicted"]
+    )
+    # at its cap (no batch size: the row priced at its concurrency, 32)
+    capped = fit.with_predictions(
+        t.table.drop(columns=list(serving.BATCH)), t.positions, t.runs, t.requests
+    )
+    at_cap = capped[capped["k"] == 2].iloc[0]
+    assert at_cap["t_step_s"] == pytest.approx(_steep(_job(32), False))
+    assert at_cap["t_target_s"] == at_cap["baseline_tpot_s"]  # measured, as offline rows
+    assert abs(at_cap["speedup_tpot_predicted"] / spec["speedup_tpot_predicted"] - 1) > 0.1
+    lo, hi = spec["speedup_tpot_predicted_lo"], spec["speedup_tpot_predicted_hi"]
+    assert lo < spec["speedup_tpot_predicted"] < hi
+    assert np.isnan(at_cap["speedup_tpot_predicted_lo"])  # no interval off the load axis
+    text = markdown.table(t.serving, markdown.SERVING)
+    assert f"{b:.1f} / {b:.1f}" in text
+    assert f"{spec['speedup_tpot_predicted']:.2f} ({lo:.2f} to {hi:.2f})" in text
+
+
+def _job(concurrency: int) -> run_fixtures.Job:
+    v = run_fixtures.SEED_STUDY[3]
+    return run_fixtures.Job("s", v, "synth_easy", "easy", 2, concurrency=concurrency)
+
+
+def test_the_predicted_crossover_is_where_the_predicted_speedup_falls_to_1(tmp_path):
+    rates = (0.5, 1.0, 2.0, 4.0)
+    _serving_sweep(tmp_path, rates=rates)
+    t = tables.build_tables(load.load(tmp_path), n_boot=50)
+    spec = t.table[t.table["k"] == 2].sort_values("request_rate")
+    assert spec["batch_size"].is_monotonic_increasing
+    predicted = spec["speedup_tpot_predicted"].to_numpy()
+    assert predicted[0] > 1 > predicted[-1]  # the steep verify step stops paying
+    (cross,) = t.crossovers.to_dict("records")
+    assert cross["predicted_crossover"] == pytest.approx(
+        serving.crossing(np.array(rates), predicted)
+    )
+    assert rates[0] <= cross["predicted_crossover_lo"] <= cross["predicted_crossover"]
+    assert cross["predicted_crossover"] <= cross["predicted_crossover_hi"] <= rates[-1]
+    assert np.isnan(cross["first_below_1"])  # the measured runs never slow down
+    # between the two rates around 1, linearly
+    assert serving.crossing(np.array([1.0, 2.0, 4.0]), np.array([1.5, 1.25, 0.75])) == 3.0
+    assert serving.crossing(np.array([1.0, 2.0]), np.array([0.9, 0.5])) == 1.0
+    assert np.isnan(serving.crossing(np.array([1.0, 2.0]), np.array([1.2, np.nan])))
+
+
+def test_offline_rows_keep_their_prediction_at_their_concurrency(tmp_path):
+    V = {v.name: v for v in run_fixtures.SEED_STUDY}
+    offline = [run_fixtures.Job("s", V["cot_sd"] if k else V["cot"], "synth_easy", "easy", k,
+                                concurrency=4, n_problems=30) for k in (0, 2)]  # fmt: skip
+    for root in (tmp_path / "alone", tmp_path / "mixed"):
+        for job in offline:
+            run_fixtures.write_job(root, job)
+        run_fixtures.write_calibration(root, offline[1:])
+    _serving_sweep(tmp_path / "mixed", rates=(1.0,), sweep="serve")  # its own calibration
+    alone, mixed = (tables.build_tables(load.load(tmp_path / n), n_boot=50).table
+                    for n in ("alone", "mixed"))  # fmt: skip
+    mixed = mixed[mixed["backend"] == "offline"]
+    assert mixed["batch_size"].isna().all()
+    columns = list(fit.PREDICTED)
+    pd.testing.assert_frame_equal(
+        alone[columns].reset_index(drop=True), mixed[columns].reset_index(drop=True)
+    )
+    spec = alone[alone["k"] == 2].iloc[0]
+    assert spec["t_step_s"] == pytest.approx(run_fixtures.step_time(offline[1]))

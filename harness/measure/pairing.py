@@ -34,7 +34,8 @@ def turns(n: int, window: int, pattern: str = PATTERN) -> list[tuple[str, range]
 def join(
     records: Sequence[RequestRecord], baseline: Sequence[RequestRecord]
 ) -> list[RequestRecord]:
-    """The job's records, each with its problem's baseline timing and output hash.
+    """The job's records, each with its problem's baseline timing (its send time too, from
+    its own window's first send) and output hash.
 
     Raises:
         ValueError: the two sides did not answer the same problems in the same order.
@@ -44,6 +45,7 @@ def join(
     return [
         dataclasses.replace(
             r,
+            pair_sent_s=b.sent_s,
             pair_ttft_s=b.ttft_s,
             pair_e2e_s=b.e2e_s,
             pair_tpot_s=b.tpot_s,

@@ -54,23 +54,34 @@ def job_entry(cfg: Any, spec: Any = None) -> Entry:
     return Entry(cfg.models.targets[cfg.variant.target], speculator(cfg), spec.k, spec)
 
 
+def levels(cfg: Any) -> set[int]:
+    """The concurrencies a job's engine and its plain target are calibrated at: the job's;
+    at an open-loop request rate, where the concurrency only caps the batch, also every
+    power of two below it (the batch sizes load produces, which the report prices a
+    server row's steps at)."""
+    cap = int(cfg.concurrency)
+    if cfg.request_rate is None:
+        return {cap}
+    return {2**i for i in range(cap.bit_length()) if 2**i < cap} | {cap}
+
+
 def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     """Engine specs of the planned jobs (plus each speculative job's plain target, which
     prices the cost model's steps without drafts and c; each draft model as a plain
     target: a head cannot run alone; and each speculator at one K planned closed loop at
     two or more concurrencies with speculation off), each with the concurrencies its jobs
-    run at."""
+    run at (:func:`levels`)."""
     from harness.backends.engine import EngineSpec
 
     wanted: dict[Entry, set[int]] = {}
     off: dict[Entry, set[int]] = {}
     for cfg in cfgs:
         job = job_entry(cfg)
-        wanted.setdefault(job, set()).add(cfg.concurrency)
+        wanted.setdefault(job, set()).update(levels(cfg))
         if job.k == 0:
             continue
         target = Entry(job.target, None, 0, EngineSpec.baseline(cfg))
-        wanted.setdefault(target, set()).add(cfg.concurrency)
+        wanted.setdefault(target, set()).update(levels(cfg))
         if speculators.get(job.spec.method).timed_as_target:
             plain = EngineSpec.plain(job.spec.draft, dict(job.spec.settings))
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
