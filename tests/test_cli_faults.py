@@ -60,7 +60,7 @@ def test_type_errors_and_unknown_keys_are_one_line(override, message, tmp_path):
     assert _one_error(_harness(override, f"results_dir={tmp_path}")).startswith(message)
 
 
-@pytest.mark.parametrize("multirun", [(), ("-m",)])
+@pytest.mark.parametrize("multirun", [(), ("-m", "dataset=synth_easy", "spec.k=0")])  # 1 job
 @pytest.mark.parametrize(
     "override", ["sweep=../../escaped", "pairing=banana", "request_rate=-1", "limit=0"]
 )

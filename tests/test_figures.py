@@ -30,6 +30,7 @@ def _sweep(root, pairing: str, sweeps: tuple[str, ...] = ()) -> tables.ReportTab
     return tables.build_tables(load.load(root), n_boot=50)
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_forest_has_a_row_per_comparison_over_the_aa_band_and_leads_the_report(tmp_path):
     t = _sweep(tmp_path / "res", "interleaved")
     (aa,) = t.table[t.table["k"] == 0].itertuples()  # the A/A check: K = 0, interleaved
@@ -121,6 +122,7 @@ def test_series_of_one_colour_differ_in_marker_by_sweep_and_line_by_instances():
                      "a500/cod_eagle3, N=4": (purple, "D", ":")}  # fmt: skip
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_accuracy_zero_everywhere_is_not_drawn_and_the_report_says_why(tmp_path):
     t = _sweep(tmp_path / "res", "interleaved")
     wrong = t.headline.assign(accuracy=0.0, accuracy_lo=0.0, accuracy_hi=0.0)

@@ -417,6 +417,7 @@ def test_bootstrap_intervals_are_bca_as_scipy_computes_them(data_seed):
     )
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_replicates_with_a_zero_denominator_are_counted_and_noted(tmp_path):
     den = np.array([[0.0], [0.0], [1.0]])
     w = bootstrap.weights(3, 1000, 0)
