@@ -13,6 +13,7 @@ must be a figure a study with raw runs regenerates (:func:`foreign_images`).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -226,10 +227,10 @@ def _named(doc: Path, root: Path, own: Path | None) -> Iterator[tuple[int, str, 
 def unquoted(doc: Path, root: Path, own: Path | None = None) -> list[str]:
     """Each figure of ``doc`` that no table of the studies named beside it (and ``own``'s)
     holds, as ``line N: figure`` (``(no study named)`` where its block names none)."""
-    tables: dict[Path, set[str]] = {}
+    numbers = functools.cache(table_numbers)  # each study read once, however often named
     out = []
     for line, block, studies in _named(doc, root, own):
-        have = set().union(*(tables.setdefault(s, table_numbers(s)) for s in studies))
+        have = set().union(*map(numbers, studies))
         for offset, figure in figures(block):
             if figure not in have:
                 where = "" if studies else " (no study named)"
@@ -240,12 +241,12 @@ def unquoted(doc: Path, root: Path, own: Path | None = None) -> list[str]:
 def unmarked(doc: Path, root: Path, own: Path | None = None) -> list[str]:
     """Each figure of ``doc`` that only a flagged run's row of a study named beside it holds
     (:func:`flagged_numbers`), in a block that does not say "flagged", as ``line N: figure``."""
-    tables: dict[Path, set[str]] = {}
+    numbers = functools.cache(flagged_numbers)  # each study read once, however often named
     out = []
     for line, block, studies in _named(doc, root, own):
         if "flagged" in block.lower():
             continue
-        have = set().union(*(tables.setdefault(s, flagged_numbers(s)) for s in studies))
+        have = set().union(*map(numbers, studies))
         out += [f"line {line + o}: {f} (flagged run)" for o, f in figures(block) if f in have]
     return out
 

@@ -127,3 +127,15 @@ def tiny_overrides(tiny_pair, tmp_path) -> list[str]:
         "max_tokens=24",
         "pairing=sequential",  # one engine per job; the tests of pairing ask for interleaved
     ]
+
+
+@pytest.fixture
+def unrasterized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Figures built, laid out and drawn, but not rasterized: each ``savefig`` leaves an
+    empty file at its path (a third of a report's time). For the tests that read a report's
+    text, tables and figure names, not its pixels; ``reports.plotting.finish`` has already
+    drawn every artist (``draw_without_rendering``), so a figure that fails to draw still
+    fails there. The tests that read the pixels save them for real."""
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(Figure, "savefig", lambda self, path, **kwargs: Path(path).touch())

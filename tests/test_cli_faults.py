@@ -60,7 +60,7 @@ def test_type_errors_and_unknown_keys_are_one_line(override, message, tmp_path):
     assert _one_error(_harness(override, f"results_dir={tmp_path}")).startswith(message)
 
 
-@pytest.mark.parametrize("multirun", [(), ("-m",)])
+@pytest.mark.parametrize("multirun", [(), ("-m", "dataset=synth_easy", "spec.k=0")])  # 1 job
 @pytest.mark.parametrize(
     "override", ["sweep=../../escaped", "pairing=banana", "request_rate=-1", "limit=0"]
 )
@@ -127,7 +127,8 @@ def test_an_existing_sweep_directory_that_takes_no_new_files_is_one_line(tmp_pat
         pytest.skip(f"{seal[0]} cannot seal {sweep} here")
     try:
         run = _harness("variant=cot", f"results_dir={tmp_path}")
-        multirun = _harness("-m", "variant=cot", "dataset=synth_easy", f"results_dir={tmp_path}")
+        multirun = _harness("-m", "variant=cot", "dataset=synth_easy", "spec.k=0",
+                            f"results_dir={tmp_path}")  # fmt: skip
     finally:
         subprocess.run([*unseal, str(sweep)], check=True)
     for bad in (run, multirun):
@@ -142,7 +143,8 @@ def test_calibrate_checks_what_the_harness_checks_before_any_engine(tiny_pair, t
 
 
 def test_a_bad_value_inside_a_multirun_is_refused_not_dropped(tmp_path):
-    run = _harness("-m", "variant=cot", "spec.k=-1,0", f"results_dir={tmp_path}")
+    run = _harness("-m", "variant=cot", "dataset=synth_easy", "spec.k=-1,0",
+                   f"results_dir={tmp_path}")  # fmt: skip
     assert _one_error(run) == "error: spec.k=-1: must be >= 0 (0 = no speculation)"
     bad_type = _harness("-m", "spec.k=1,x", f"results_dir={tmp_path}")
     assert _one_error(bad_type) == "error: spec.k=x: expected an integer"
@@ -170,7 +172,7 @@ def test_spec_k_beyond_what_vllm_accepts_is_refused(tiny_overrides):
 def test_results_dir_that_is_a_file_is_one_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    for mode in ([], ["-m", "spec.k=0"]):
+    for mode in ([], ["-m", "variant=cot", "dataset=synth_easy", "spec.k=0"]):  # 1 job
         run = _harness(*mode, f"results_dir={blocker}")
         assert (
             _one_error(run) == f"error: results_dir: cannot write {blocker}/tiny (Not a directory)"

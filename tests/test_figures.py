@@ -30,8 +30,29 @@ def _sweep(root, pairing: str, sweeps: tuple[str, ...] = ()) -> tables.ReportTab
     return tables.build_tables(load.load(root), n_boot=50)
 
 
-def test_forest_has_a_row_per_comparison_over_the_aa_band_and_leads_the_report(tmp_path):
-    t = _sweep(tmp_path / "res", "interleaved")
+# each made once for the file: the figures read their tables and change none
+@pytest.fixture(scope="module")
+def interleaved(tmp_path_factory) -> tuple[Path, tables.ReportTables]:
+    """An interleaved :func:`_sweep`: its results folder and its tables."""
+    root = tmp_path_factory.mktemp("interleaved")
+    return root, _sweep(root, "interleaved")
+
+
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory) -> tables.ReportTables:
+    return _sweep(tmp_path_factory.mktemp("sequential"), "sequential")
+
+
+@pytest.fixture(scope="module")
+def two_sweeps(tmp_path_factory) -> tables.ReportTables:
+    return _sweep(tmp_path_factory.mktemp("two_sweeps"), "interleaved", sweeps=("a", "b"))
+
+
+@pytest.mark.usefixtures("unrasterized")
+def test_forest_has_a_row_per_comparison_over_the_aa_band_and_leads_the_report(
+    interleaved, tmp_path
+):
+    root, t = interleaved
     (aa,) = t.table[t.table["k"] == 0].itertuples()  # the A/A check: K = 0, interleaved
     ax = figures.fig_forest(t).axes[0]
     points = [x for c in ax.containers for x in c.lines[0].get_xdata()]
@@ -46,15 +67,15 @@ def test_forest_has_a_row_per_comparison_over_the_aa_band_and_leads_the_report(t
     assert band.get_x() + band.get_width() == pytest.approx(aa.speedup_tpot_hi)
     assert (band.get_y(), band.get_height()) == (-0.5, 3.0)  # behind every row
     plt.close("all")
-    text = make_report(tmp_path / "res", tmp_path / "out", n_boot=50).read_text()
+    text = make_report(root, tmp_path / "out", n_boot=50).read_text()
     opening = text.split("## Flagged runs", 1)[0]  # the summary line, then the forest plot
     first = opening.split("configurations; 0 run directories skipped.\n\n", 1)[1].splitlines()
     assert first[0] == "**1. speedup forest**" and "](figures/speedup_forest.png)" in first[2]
     assert text.split("## Figures\n\n", 1)[1].startswith("**2. ")
 
 
-def test_without_a_model_or_an_aa_check_titles_say_nothing_of_them(tmp_path):
-    t = _sweep(tmp_path, "sequential")  # no calibration: no predicted speedup
+def test_without_a_model_or_an_aa_check_titles_say_nothing_of_them(sequential):
+    t = sequential  # no calibration: no predicted speedup
     forest = figures.fig_forest(t)
     assert not forest.axes[0].patches and "A/A" not in forest.get_suptitle()
     fig = figures.fig_speedup_vs_k(t)
@@ -96,8 +117,8 @@ def test_every_shipped_variant_has_a_colour_of_its_own():
     assert plotting.color("sweep/cot_suffix") == plotting.color("cot_suffix")
 
 
-def test_speedup_vs_k_panels_share_the_k_range_the_prediction_reaches(tmp_path):
-    t = _sweep(tmp_path, "interleaved")  # measured at K = 0, 1, 3
+def test_speedup_vs_k_panels_share_the_k_range_the_prediction_reaches(interleaved):
+    _, t = interleaved  # measured at K = 0, 1, 3
     fit = t.table[t.table["k"] > 0].iloc[:1][["sweep_id", "variant", "dataset", "concurrency"]]
     t = dataclasses.replace(t, fits=fit.assign(alpha=0.8, c=0.1))  # predicted to K = 5
     fig = figures.fig_speedup_vs_k(t)
@@ -121,8 +142,9 @@ def test_series_of_one_colour_differ_in_marker_by_sweep_and_line_by_instances():
                      "a500/cod_eagle3, N=4": (purple, "D", ":")}  # fmt: skip
 
 
-def test_accuracy_zero_everywhere_is_not_drawn_and_the_report_says_why(tmp_path):
-    t = _sweep(tmp_path / "res", "interleaved")
+@pytest.mark.usefixtures("unrasterized")
+def test_accuracy_zero_everywhere_is_not_drawn_and_the_report_says_why(interleaved, tmp_path):
+    _, t = interleaved
     wrong = t.headline.assign(accuracy=0.0, accuracy_lo=0.0, accuracy_hi=0.0)
     t = dataclasses.replace(t, headline=wrong)
     assert figures.fig_accuracy(t) == figures.fig_accuracy_vs_tokens(t) == figures.NOTHING_RIGHT
@@ -133,9 +155,9 @@ def test_accuracy_zero_everywhere_is_not_drawn_and_the_report_says_why(tmp_path)
     plt.close("all")
 
 
-def test_no_figure_draws_past_its_edge_and_legends_keep_a_margin(tmp_path):
+def test_no_figure_draws_past_its_edge_and_legends_keep_a_margin(interleaved, sequential, tmp_path):
     # the forest plot's title ran past its left edge, its legend flush with the right one
-    t = _sweep(tmp_path / "res", "interleaved")
+    _, t = interleaved
     forest = figures.fig_forest(t)
     forest.canvas.draw()
     (legend,) = forest.legends
@@ -144,7 +166,7 @@ def test_no_figure_draws_past_its_edge_and_legends_keep_a_margin(tmp_path):
     plt.close("all")
     shown = [s for s in figures.render_report(t, tmp_path / "figs") if s.path]
     assert {s.name for s in shown} >= {"speedup_forest", "latency_cdf", "rejection_kinds"}
-    alone = figures.fig_forest(_sweep(tmp_path / "seq", "sequential"))  # no A/A: no legend
+    alone = figures.fig_forest(sequential)  # no A/A: no legend
     shown.append(plotting.save(alone, tmp_path / "seq", "forest without a legend", "", ""))
     for s in shown:
         ink = imread(s.path)[..., :3].min(axis=2) < 0.95
@@ -161,9 +183,9 @@ def _styles(ax) -> dict[str, tuple]:
     return {k: v for k, v in {**lines, **bars}.items() if not k.startswith("_")}
 
 
-def test_latency_cdfs_of_one_variant_in_two_sweeps_are_told_apart(tmp_path):
+def test_latency_cdfs_of_one_variant_in_two_sweeps_are_told_apart(two_sweeps):
     # every series drew in its variant's colour; an interleaved group drew no baseline
-    t = _sweep(tmp_path, "interleaved", sweeps=("a", "b"))
+    t = two_sweeps
     (ax,) = figures.fig_latency_cdf(t).axes
     styles = _styles(ax)
     assert sorted(styles) == ["a/cot_sd, K=3", "a/cot_sd: baseline (K=0)",
@@ -178,9 +200,9 @@ def test_latency_cdfs_of_one_variant_in_two_sweeps_are_told_apart(tmp_path):
 
 
 @pytest.mark.parametrize("fig", [figures.fig_rejections, figures.fig_output_tokens])
-def test_bars_of_one_variant_in_two_sweeps_are_told_apart(tmp_path, fig):
+def test_bars_of_one_variant_in_two_sweeps_are_told_apart(two_sweeps, fig):
     # r1/cot_sd, r2/cot_sd and r3/cot_sd were three bars of one colour and nothing else
-    t = _sweep(tmp_path, "interleaved", sweeps=("a", "b"))
+    t = two_sweeps
     (ax,) = fig(t).axes
     styles = _styles(ax)
     assert {"a/cot_sd", "b/cot_sd"} <= set(styles)

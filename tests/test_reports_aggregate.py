@@ -21,9 +21,11 @@ V = {v.name: v for v in run_fixtures.SEED_STUDY}
 HIST = [[1, 1, 1], [2, 0, 2], [0, 0, 3], [1, 2, 0]]  # verify steps that accepted 0, 1, 2 drafts
 
 
-@pytest.fixture
-def hand(tmp_path):
-    """cot at K=0 and cot_sd at K=2 on 4 problems, every number set by hand."""
+@pytest.fixture(scope="module")
+def hand(tmp_path_factory):
+    """cot at K=0 and cot_sd at K=2 on 4 problems, every number set by hand (loaded and
+    aggregated once: the tests that change its requests change a copy)."""
+    tmp_path = tmp_path_factory.mktemp("hand")
     base = run_fixtures.Job("h", V["cot"], "synth_easy", "easy", 0, n_problems=4)
     spec = run_fixtures.Job("h", V["cot_sd"], "synth_easy", "easy", 2, n_problems=4)
     same = {"correct": [True, False, True, True], "output_tokens": [10, 20, 30, 40],
@@ -417,6 +419,7 @@ def test_bootstrap_intervals_are_bca_as_scipy_computes_them(data_seed):
     )
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_replicates_with_a_zero_denominator_are_counted_and_noted(tmp_path):
     den = np.array([[0.0], [0.0], [1.0]])
     w = bootstrap.weights(3, 1000, 0)

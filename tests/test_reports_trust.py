@@ -59,6 +59,7 @@ def test_speedup_is_paired_on_the_problems_both_answered(paired):
     assert spec["n_requests"] == 2
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_missing_and_failed_requests_are_counted(paired, tmp_path):
     _, t = _table(paired)
     counts = t.set_index("k")[["num_missing", "num_failed"]]
@@ -102,6 +103,7 @@ def test_latency_percentiles_truncation_and_extractors(tmp_path):
     assert row["n_truncated_fallback_correct"] == 1  # the 2nd: cut off, found by last number
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_no_speedup_across_hardware_and_a_note_across_versions(tmp_path):
     base = run_fixtures.write_job(tmp_path, _job("cot", 0, n=10))
     run_fixtures.write_job(tmp_path, _job("cot_sd", 2, n=10))
@@ -119,6 +121,7 @@ def test_no_speedup_across_hardware_and_a_note_across_versions(tmp_path):
     assert spec["speedup_tpot"] > 1 and "other versions" in spec["speedup_note"]
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_repeats_show_median_and_range_of_each_speedup_and_acceptance(tmp_path):
     for seed, speed in ((0, 1.0), (1, 1.3), (2, 0.8)):  # the machine drifts between repeats
         for v, k in (("cot", 0), ("cot_sd", 2)):
@@ -137,6 +140,7 @@ def test_repeats_show_median_and_range_of_each_speedup_and_acceptance(tmp_path):
     assert f"drift sentinel differs by {1.3 / 0.8 - 1:.1%} across its runs" in text
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_interleaved_speedups_pair_each_request_with_its_own_baseline(tmp_path):
     """The K = 0 run ran on a machine 1.5x slower: the sequential speedup takes the drift
     for speculation, the interleaved one (its pairs ran beside it) does not."""

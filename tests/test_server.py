@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 from test_cli_faults import _wait_for, start_harness
 from test_reaper import all_gone
-from vllm import SamplingParams
 
 from harness import results
 from harness.backends import arrivals, live, server
@@ -112,6 +111,8 @@ def test_an_interleaved_server_job_pairs_each_request_with_the_plain_targets_ser
 
 def test_a_paused_server_spends_nothing_answers_once_resumed_and_stops(overrides, tmp_path):
     """A side of a pair out of its window is paused: every process of its session stopped."""
+    from vllm import SamplingParams  # here: the file's import would slow every collection
+
     cfg = compose_config([*overrides, "backend=server"])
     theirs = server.start(EngineSpec.from_config(cfg), tmp_path / "paused.log", 600)
     try:

@@ -199,6 +199,7 @@ def study_copy(made, tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("given", ["datasets_dir=data/sets", "++datasets_dir=data/sets"])
+@pytest.mark.usefixtures("unrasterized")
 def test_each_build_runs_before_the_sweeps_with_the_command_lines_datasets(tmp_path, given):
     class Recording(FakeRunner):
         def execute(self, argv: list[str]) -> int:
@@ -220,6 +221,7 @@ def test_each_build_runs_before_the_sweeps_with_the_command_lines_datasets(tmp_p
     assert [s["step"] for s in record["steps"]] == ["models 1", "models 2", "sweep smoke"]
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_a_flagged_run_is_rerun_until_it_passes(tmp_path):
     out, fake = _run_fake(tmp_path, {SD: [1.3, 1.2, 1.01]})
     record = json.loads((out / folder.STUDY_JSON).read_text())
@@ -235,6 +237,7 @@ def test_a_flagged_run_is_rerun_until_it_passes(tmp_path):
     assert f"| `{SD}` | +30.0%, +20.0%, +1.0% | re-run 2x, replaced |" in flagged
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_a_run_still_flagged_is_kept_listed_and_its_verdict_widened(tmp_path):
     out, fake = _run_fake(tmp_path, {SD: [1.3]}, rerun_flagged=1)
     assert fake.sweeps == 2  # one re-run, still flagged: kept
@@ -277,6 +280,7 @@ def test_a_run_flagged_under_an_earlier_bound_is_listed_as_within_todays(tmp_pat
     assert markdown._outcome(rows.iloc[0]) == "not re-run, within the bound now"
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_a_study_folder_regenerates_and_check_names_a_changed_table(made, study_copy):
     out = study_copy
     assert folder.check(out) == []
@@ -295,6 +299,7 @@ def test_a_study_folder_regenerates_and_check_names_a_changed_table(made, study_
     assert f"{out}/figures/: committed" in done.stderr and "extra.png" in done.stderr
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_check_passes_on_a_copy_anywhere_and_lists_every_difference(made, tmp_path):
     copy = Path(shutil.copytree(made, tmp_path / "elsewhere" / "deeper" / "copy"))
     assert folder.check(copy) == []  # its link to docs/METRICS.md points elsewhere from here
@@ -327,6 +332,7 @@ def test_raw_runs_are_compacted_and_read_back_complete(made):
     assert record["raw"]["runs"] == 2 and record["raw"]["bytes"] < 200_000
 
 
+@pytest.mark.usefixtures("unrasterized")
 def test_a_readme_number_missing_from_the_tables_is_named(study_copy):
     out = study_copy
     speedup = pd.read_csv(out / "aggregates.csv")["speedup_tpot"].dropna().iloc[-1]
