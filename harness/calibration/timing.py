@@ -231,9 +231,7 @@ def reference(llm: Any, tokenizer: Any, k: int, requests: int) -> float | None:
     """The drift sentinel: the median seconds per unit of ``requests`` fixed requests,
     timed one after another (None when none had a unit)."""
     batch = prompts(tokenizer, 1) * requests
-    times = [step_costs([t])[0] for t in _time(llm, batch, k, 1)]
-    timed = [t for t in times if t is not None]
-    return statistics.median(timed) if timed else None
+    return _median([step_costs([t])[0] for t in _time(llm, batch, k, 1)])
 
 
 def served_reference(generator: Any, tokenizer: Any, k: int, requests: int) -> float | None:
@@ -256,6 +254,10 @@ def served_reference(generator: Any, tokenizer: Any, k: int, requests: int) -> f
 
     params = sampling_params()
     generator.generate(prompts(tokenizer, 1) * requests, params, Load(1), on_output)
-    times = [per_unit_s([t]) for t in timings]
+    return _median([per_unit_s([t]) for t in timings])
+
+
+def _median(times: list[float | None]) -> float | None:
+    """The median of the requests that had a unit (None when none had)."""
     timed = [t for t in times if t is not None]
     return statistics.median(timed) if timed else None

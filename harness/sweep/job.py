@@ -204,7 +204,7 @@ def _instance(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome
         if llm is not None and cfg.calibrate and index == 0:
             calibrate.on_live_engine(cfg, job.spec, llm, plain)
         watched = own if baseline is None else baseline
-        sentinel = Reference(job, watched, plain or llm, cfg.sentinel_requests)
+        sentinel = Reference(job, watched, backend.in_process(watched), cfg.sentinel_requests)
         records, wall_s, counts = run(job, own, progress, baseline)
         sentinel.end()
     except BaseException:

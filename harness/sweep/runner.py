@@ -127,11 +127,6 @@ def job_info(cfg: Any) -> JobInfo:
     )
 
 
-def runs_alone(cfg: Any) -> str | None:
-    """Why an interleaved job cannot have a baseline beside it, or None."""
-    return backends.of(cfg).alone(cfg)
-
-
 @dataclass(frozen=True)
 class Engines:
     """The engines a job runs on: its own and, interleaved, its baseline (the target's plain
@@ -145,13 +140,13 @@ class Engines:
 
 def choose_engines(cfg: Any, bases: tuple[str | None, str | None] = (None, None)) -> Engines:
     """The one decision of interleaved or sequential: a pair when ``pairing=interleaved``,
-    the job can have a baseline beside it (:func:`runs_alone`) and both fit one device
+    the job's backend allows a baseline beside it (``Backend.alone``) and both fit one device
     (each with half of ``gpu_memory_utilization`` on a GPU), else the job's engine alone.
     ``bases``: the base models of models not built yet (``harness.backends.memory``)."""
     spec = EngineSpec.from_config(cfg)
     if cfg.pairing != "interleaved":
         return Engines(spec, None)
-    if why := runs_alone(cfg):
+    if why := backends.of(cfg).alone(cfg):
         return Engines(spec, None, why)
     pair = (spec.sharing(2), EngineSpec.baseline(cfg).sharing(2))
     try:
