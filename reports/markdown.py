@@ -220,12 +220,14 @@ SCHEDULES: list[Column] = [
     ("schedule (num_speculative_tokens_per_batch_size)", lambda r: f"`{r['schedule']}`"),
 ]
 SCHEDULE_CHECKS: list[Column] = [
+    ("sweep", _col("sweep_id")),
     ("dataset", _col("dataset")),
     ("variant", _col("variant")),
     ("conc.", _col("concurrency")),
     ("schedule", _col("k_schedule")),
     ("schedule's TPOT speedup", lambda r: ci(r, "speedup_tpot", 2)),
     ("best fixed K", lambda r: num(r["best_fixed_k"], 0)),
+    ("its sweep", _col("fixed_sweep_id")),
     ("its TPOT speedup", lambda r: ci(r, "fixed_speedup_tpot", 2)),
 ]
 
@@ -245,7 +247,8 @@ def _schedules(schedules: pd.DataFrame, checks: pd.DataFrame) -> list[str]:
            table(schedules, SCHEDULES), ""]  # fmt: skip
     if not checks.empty:
         out += ["Each schedule's own run beside the best fixed K measured at the same "
-                "concurrency (TPOT speedups over K = 0, 95% CIs):", "",
+                "concurrency on the same problems, in any sweep of the report (TPOT speedups, "
+                "each over its own K = 0 pairs, 95% CIs):", "",
                 table(checks, SCHEDULE_CHECKS), ""]  # fmt: skip
     return out
 

@@ -249,10 +249,12 @@ def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
 
 def schedule_checks(table: pd.DataFrame) -> pd.DataFrame:
     """Each K schedule's measured run beside the best fixed K measured at the same
-    concurrency (closed loop): the schedule's TPOT speedup and the fixed K's, with CIs."""
+    concurrency (closed loop) on the same variant, dataset and problems, in any of the
+    report's sweeps (each speedup is over its own K = 0 pairs): the schedule's TPOT speedup
+    and the fixed K's, with CIs, and the fixed K's sweep."""
     speedup = ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi"]
     own = [*SCHEDULED, "concurrency", "k_schedule", *speedup]
-    columns = [*own, "best_fixed_k", *(f"fixed_{s}" for s in speedup)]
+    columns = [*own, "best_fixed_k", "fixed_sweep_id", *(f"fixed_{s}" for s in speedup)]
     if table.empty:
         return pd.DataFrame(columns=columns)
     closed = table[(table["request_rate"] == CLOSED_LOOP) & (table["k"] > 0)]
@@ -261,12 +263,13 @@ def schedule_checks(table: pd.DataFrame) -> pd.DataFrame:
     out = []
     for _, row in runs.iterrows():
         same = fixed
-        for c in (*SCHEDULED, "concurrency"):
+        for c in (*SCHEDULED[1:], "limit", "concurrency"):
             same = same[same[c] == row[c]]
         best = same.loc[same["speedup_tpot"].idxmax()] if not same.empty else None
         out.append({
             **{c: row[c] for c in own},
             "best_fixed_k": np.nan if best is None else int(best["k"]),
+            "fixed_sweep_id": None if best is None else best["sweep_id"],
             **{f"fixed_{s}": np.nan if best is None else best[s] for s in speedup},
         })  # fmt: skip
     return pd.DataFrame(out, columns=columns).sort_values([*SCHEDULED, "concurrency"])

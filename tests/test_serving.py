@@ -33,7 +33,7 @@ def test_each_levels_k_holds_to_the_geometric_midpoints(best, expected):
 
 def _row(k: int, concurrency: int, predicted: float, measured: float, **extra) -> dict:
     return {"sweep_id": "s", "backend": "server", "variant": "cot_sd", "dataset": "d",
-            "request_rate": 0.0, "k_schedule": "none", "k": k, "concurrency": concurrency,
+            "limit": 16, "request_rate": 0.0, "k_schedule": "none", "k": k, "concurrency": concurrency,
             "speedup_tpot_predicted": predicted, "speedup_tpot": measured,
             "speedup_tpot_lo": measured - 0.1, "speedup_tpot_hi": measured + 0.1} | extra  # fmt: skip
 
@@ -69,12 +69,14 @@ def test_the_schedule_takes_the_predicted_best_k_and_zero_where_none_pays():
     (rec,) = serving.k_schedules(partly).to_dict("records")
     assert rec["off"] == "1: 0.80x, 4: 0.90x, 16: target alone"
     assert rec["predicted"] == "1: K=3, 4: K=1, 16: K=0"
-    # the schedule's own runs, beside the best fixed K at each concurrency
-    ran = [_row(3, c, float("nan"), s, k_schedule="1-2k3_3-8k1_9-16k0")
+    # the schedule's own runs (a sweep of their own), beside the best fixed K at each
+    # concurrency on the same problems; another problem set's faster K is not a match
+    ran = [_row(3, c, float("nan"), s, k_schedule="1-2k3_3-8k1_9-16k0", sweep_id="sched")
            for c, s in ((1, 1.45), (16, 1.02))]  # fmt: skip
-    checks = serving.schedule_checks(pd.concat([table, pd.DataFrame(ran)]))
-    assert checks[["concurrency", "best_fixed_k", "fixed_speedup_tpot"]].values.tolist() == [
-        [1, 3, 1.5], [16, 1, 1.05],
+    other = _row(1, 1, 1.9, 1.9, limit=8)
+    checks = serving.schedule_checks(pd.concat([table, pd.DataFrame([*ran, other])]))
+    assert checks[["concurrency", "best_fixed_k", "fixed_sweep_id", "fixed_speedup_tpot"]].values.tolist() == [
+        [1, 3, "s", 1.5], [16, 1, "s", 1.05],
     ]  # fmt: skip
     assert checks["speedup_tpot"].tolist() == [1.45, 1.02]
 
