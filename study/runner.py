@@ -231,7 +231,7 @@ def earlier_steps(earlier: dict[str, Any] | None, commits: set[str]) -> list[dic
     """The steps of an earlier make (its ``study.json``, or None) made at one of ``commits``
     (those of the runs and calibrations kept), each with its commit (a record from before
     steps had one: the make's)."""
-    if earlier is None or earlier.get("name") is None:
+    if earlier is None:
         return []
     made_at = earlier["git"].get("commit")
     steps = [{**s, "commit": s.get("commit", made_at)} for s in earlier["steps"]]
