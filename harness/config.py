@@ -93,12 +93,11 @@ class EngineConfig:
 
 
 @dataclass
-class SpecConfig:
-    """Speculative decoding: ``k`` draft tokens per verify step; 0 = plain decoding."""
+class SharedSpecConfig:
+    """Speculative decoding: ``k`` draft tokens per verify step; 0 = plain decoding. The keys
+    every family reads; a family's own keys are its ``Options`` (:data:`SpecConfig`)."""
 
     k: int = 0
-    prompt_lookup_max: int = 4  # ngram: longest n-gram matched against the context
-    prompt_lookup_min: int = 2  # ngram: shortest
     draft_sample_method: str = "greedy"  # how the draft proposes: greedy | probabilistic
     # K by batch size (harness.schedule): [[first, last, K], ...]; None = k always. Any, not
     # list[list[int]]: a bad entry gets schedule.check's one line, not Hydra's traceback
@@ -106,6 +105,10 @@ class SpecConfig:
     # what-if: drafts accepted at random so the mean acceptance length is this (vLLM's
     # synthetic rejection sampling, real step costs); None = the speculator's own acceptance
     synthetic_acceptance_length: float | None = None
+
+
+# the ``spec`` group: the shared keys and every family's own (``Speculator.Options``)
+SpecConfig = speculators.spec_schema(SharedSpecConfig, speculators.FAMILIES.values())
 
 
 @dataclass

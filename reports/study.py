@@ -2,7 +2,7 @@
 
 ``raw/<sweep>/<job>/`` holds its runs (the harness's layout, compacted by ``python -m
 study``), ``study.json`` what made them (the study's config, commit and tree, versions,
-hardware, each step's command and wall time, the drift sentinel's re-runs, the raw data's
+hardware, each step's command, wall time and commit, the drift sentinel's re-runs, the raw data's
 size); ``REPORT.md`` (opening with the study's description, then how it was made after the
 flagged runs), ``aggregates.csv``, ``fits.csv``, ``whatif.csv`` and ``figures/`` are
 generated from both (:func:`write`). :func:`check` regenerates them elsewhere and lists every difference,
@@ -76,7 +76,8 @@ def preface(study: dict[str, Any]) -> list[str]:
 
 def made(study: dict[str, Any]) -> list[str]:
     """How the study was made, from ``study.json``: its command, tree, machine, each
-    step's wall time and the raw data's size."""
+    step's wall time (and commit, when the steps span several makes) and the raw data's
+    size."""
     git, hw, ver = study["git"], study["hardware"], study["versions"]
     commit = f"`{(git.get('commit') or 'no commit')[:12]}`"
     tree = "a dirty tree" if git.get("dirty") else "a clean tree"
@@ -84,14 +85,20 @@ def made(study: dict[str, Any]) -> list[str]:
     machine = [hw.get("cpu_isa"), f"{hw.get('cpu_count')} cores",
                hw.get("memory_gib") and f"{hw['memory_gib']} GiB memory", hw.get("gpu") or "no GPU"]  # fmt: skip
     raw = study["raw"]
+    steps = pd.DataFrame(study["steps"])
+    columns = [("step", lambda r: r["step"]), ("wall time", lambda r: f"{r['wall_s']:.1f} s"),
+               ("command", lambda r: f"`{r['command']}`")]  # fmt: skip
+    passes = steps["commit"].nunique() if "commit" in steps else 1
+    if passes > 1:  # earlier makes' steps, whose runs or calibrations the study keeps
+        columns.insert(1, ("commit", lambda r: f"`{r['commit'][:12]}`"))
+    at = f"at {passes} commits (each step's in the table), the last {commit}," if passes > 1 else (
+        f"at commit {commit}"
+    )  # fmt: skip
     return ["## How the study was made", "",
-            f"Made by `{study['command']}` at commit {commit} from {tree}, started "
+            f"Made by `{study['command']}` {at} from {tree}, started "
             f"{study['started']}, on {hw.get('cpu')} ({', '.join(filter(None, machine))}) "
             f"with vLLM {ver.get('vllm')}, torch {ver.get('torch')}.", "",
-            markdown.table(pd.DataFrame(study["steps"]),
-                           [("step", lambda r: r["step"]),
-                            ("wall time", lambda r: f"{r['wall_s']:.1f} s"),
-                            ("command", lambda r: f"`{r['command']}`")]), "",
+            markdown.table(steps, columns), "",
             f"Raw data: `{RAW}/`, {raw['runs']} runs, {_size(raw['bytes'])} "
             f"({_size(raw['bytes'] / max(raw['runs'], 1))} per run on average, the largest "
             f"{_size(raw['largest_bytes'])}); {raw['compaction']}.", ""]  # fmt: skip

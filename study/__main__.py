@@ -9,8 +9,9 @@ input is one line, exit 2, before any step), then builds the models it lacks, ru
 resumes) its sweeps, re-runs the runs the drift sentinel flags, calibrates and runs
 pre-flight as the study says, then writes
 ``docs/results/NAME/``: ``raw/`` (the runs, compacted), ``study.json`` (provenance and the
-wall time of each step) and REPORT.md, ``aggregates.csv``, ``fits.csv``, ``figures/``
-(``python -m reports --check docs/results/NAME`` regenerates and compares them).
+wall time and commit of each step, an earlier make's kept where its runs are) and
+REPORT.md, ``aggregates.csv``, ``fits.csv``, ``figures/`` (``python -m reports --check
+docs/results/NAME`` regenerates and compares them).
 """
 
 from __future__ import annotations

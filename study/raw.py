@@ -93,3 +93,14 @@ def copy_runs(results_dir: Path, sweeps: list[str], raw_dir: Path) -> Copied:
             if (source / results.FAILURES).is_file():
                 shutil.copy2(source / results.FAILURES, target / results.FAILURES)
     return Copied(tuple(jobs), sum(sizes), max(sizes, default=0))
+
+
+def commits(raw_dir: Path) -> set[str]:
+    """The commits the runs and calibration measurements under ``raw_dir`` were made at."""
+    found = set()
+    for summary in raw_dir.glob(f"*/*/{results.SUMMARY}"):
+        found.add((json.loads(summary.read_text()).get("git") or {}).get("commit"))
+    for path in raw_dir.glob(f"*/{CALIBRATION}/*.json"):
+        for m in json.loads(path.read_text()).get("measurements", {}).values():
+            found.add((m.get("git") or {}).get("commit"))
+    return found - {None}

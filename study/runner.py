@@ -4,7 +4,9 @@ the drift sentinel's re-runs, calibration, pre-flight), then its folder
 the report generated from both (``reports.study.write``).
 
 A study refuses a dirty tree unless allowed (the report then says so at its top). The
-harness resumes what exists, so running a study again runs only what is missing. After a
+harness resumes what exists, so running a study again runs only what is missing; the
+step table keeps an earlier make's steps at each commit that made a run or a calibration
+still in the study (each step records its commit: :func:`earlier_steps`). After a
 sweep, a run whose sentinel moved more than its pairing's ``reports.sentinel.threshold`` is
 moved aside to ``<sweep>/.flagged/<job>.<n>`` and run again, at most ``rerun_flagged``
 times per run (counted by those copies, across invocations); one still flagged is kept.
@@ -198,7 +200,9 @@ def run(
             p.draft,
         )
     out = docs_dir / study.name
+    earlier = folder.read_study(out) if (out / folder.STUDY_JSON).is_file() else None
     copied = raw.copy_runs(results_dir, [s.name for s in study.sweeps], out / folder.RAW)
+    steps = [{**asdict(s), "commit": git["commit"]} for s in step.steps]
     record = {
         "name": study.name,
         "description": study.description,
@@ -209,7 +213,7 @@ def run(
         "versions": provenance.versions(),
         "hardware": provenance.hardware("cuda" if _has_gpu() else "cpu"),
         "started": started,
-        "steps": [asdict(s) for s in step.steps],
+        "steps": [*earlier_steps(earlier, raw.commits(out / folder.RAW)), *steps],
         "sentinel": {"rerun_flagged": limit, "reruns": reruns},
         "raw": copied.to_row(),
         "report": {
@@ -221,6 +225,17 @@ def run(
     }
     (out / folder.STUDY_JSON).write_text(json.dumps(record, indent=2) + "\n")
     return folder.write(out)
+
+
+def earlier_steps(earlier: dict[str, Any] | None, commits: set[str]) -> list[dict[str, Any]]:
+    """The steps of an earlier make (its ``study.json``, or None) made at one of ``commits``
+    (those of the runs and calibrations kept), each with its commit (a record from before
+    steps had one: the make's)."""
+    if earlier is None:
+        return []
+    made_at = earlier["git"].get("commit")
+    steps = [{**s, "commit": s.get("commit", made_at)} for s in earlier["steps"]]
+    return [s for s in steps if s["commit"] in commits]
 
 
 def _has_gpu() -> bool:

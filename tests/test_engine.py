@@ -12,7 +12,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from harness import metrics, results
+from harness import metrics, provenance, results
 from harness.backends import engine as engines
 from harness.backends import live
 from harness.backends.engine import EngineSpec
@@ -215,6 +215,7 @@ def test_speculation_off_is_the_speculator_engine_without_a_single_draft(overrid
     written = record.load(calibrate.calibrate(off, [1], tmp_path, force=False))
     assert written["k_schedule"] == off.k_schedule and written["draft"] == off.spec.draft
     assert written["measurements"]["1"]["per_unit_s"] > 0  # timed per token
+    assert written["measurements"]["1"]["git"] == provenance.git_state()  # made at this commit
     engine, reused = engines.get(off.spec)
     prompts = [r.prompt_token_ids for r in prepare(cfgs[0]).requests]
     done = []

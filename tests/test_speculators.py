@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, fields
 
 import pytest
 
 from harness import speculators
 from harness.backends.engine import EngineSpec
-from harness.config import ConfigError, compose_config, validate
+from harness.config import ConfigError, SharedSpecConfig, compose_config, validate
 from harness.speculators import suffix
 
 
@@ -75,6 +76,34 @@ def test_two_families_of_one_method_are_refused():
     modules = [SimpleNamespace(__name__=n, FAMILY=ngram) for n in ("a", "b")]
     with pytest.raises(ValueError, match="'ngram' is defined twice"):
         speculators.register(modules)
+
+
+def test_a_family_declares_its_own_spec_keys_and_two_cannot_share_one():
+    @dataclass
+    class Shared:
+        k: int = 0
+
+    @dataclass
+    class Lookup:
+        window: int = 4
+
+    class Family(speculators.Speculator):
+        method = "lookup"
+        what = "a test family"
+        Options = Lookup
+
+    schema = speculators.spec_schema(Shared, [Family(), speculators.get("mtp")])
+    assert {f.name: f.default for f in fields(schema)} == {"k": 0, "window": 4}
+    # ngram's keys are its own, in the composed spec group (and nowhere in the shared one)
+    assert "prompt_lookup_max" not in {f.name for f in fields(SharedSpecConfig)}
+    assert (
+        compose_config(["variant=cot_ngram", "spec.prompt_lookup_max=6"]).spec.prompt_lookup_max
+        == 6
+    )
+    with pytest.raises(ValueError, match=r"spec.window is declared twice"):
+        speculators.spec_schema(Shared, [Family(), Family()])
+    with pytest.raises(ValueError, match=r"spec.k is declared twice"):
+        speculators.spec_schema(Shared, [type("K", (Family,), {"Options": Shared})()])
 
 
 def test_a_family_without_a_replay_says_so(tmp_path):

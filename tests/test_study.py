@@ -222,6 +222,41 @@ def test_each_build_runs_before_the_sweeps_with_the_command_lines_datasets(tmp_p
 
 
 @pytest.mark.usefixtures("unrasterized")
+def test_a_later_make_keeps_the_steps_of_the_makes_whose_runs_it_keeps(tmp_path, monkeypatch):
+    class Stamping(FakeRunner):
+        """Runs stamped with the commit they are made at, as the harness stamps them."""
+
+        def execute(self, argv: list[str]) -> int:
+            status = super().execute(argv)
+            for summary in (self.results_dir / "smoke").glob(f"*/{results.SUMMARY}"):
+                data = json.loads(summary.read_text())
+                if not data.get("git"):  # a run made now
+                    data["git"] = {"commit": self.commit, "dirty": False}
+                    summary.write_text(json.dumps(data))
+            return status
+
+    def make(commit: str, remake: list[str]) -> tuple[list[tuple[str, str]], str]:
+        monkeypatch.setattr(provenance, "git_state", lambda *_: {"commit": commit, "dirty": False})
+        for job in remake:
+            shutil.rmtree(tmp_path / "results" / "smoke" / job)
+        fake = Stamping(tmp_path / "results", {})
+        fake.commit = commit
+        report = runner.run(_study(), [], tmp_path / "results", tmp_path / "docs", step=fake)
+        record = json.loads((report.parent / folder.STUDY_JSON).read_text())
+        return [(s["step"], s["commit"][0]) for s in record["steps"]], report.read_text()
+
+    a, b, c = "a" * 40, "b" * 40, "c" * 40
+    assert make(a, [])[0] == [("sweep smoke", "a")]
+    steps, text = make(b, [SD])  # the K = 0 run made at a stays
+    assert steps == [("sweep smoke", "a"), ("sweep smoke", "b")]
+    assert f"at 2 commits (each step's in the table), the last `{b[:12]}`" in text
+    assert f"| sweep smoke | `{a[:12]}` |" in text
+    steps, text = make(c, [SD, "cot-synth_easy-k0-c1-s0"])  # nothing of a or b is left
+    assert steps == [("sweep smoke", "c")]
+    assert f"at commit `{c[:12]}` from a clean tree" in text and "| sweep smoke | `" not in text
+
+
+@pytest.mark.usefixtures("unrasterized")
 def test_a_flagged_run_is_rerun_until_it_passes(tmp_path):
     out, fake = _run_fake(tmp_path, {SD: [1.3, 1.2, 1.01]})
     record = json.loads((out / folder.STUDY_JSON).read_text())

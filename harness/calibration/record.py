@@ -92,7 +92,8 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 def save(path: Path, record: dict[str, Any]) -> Path:
     """Write a calibration record atomically (keys: target, draft, k, k_schedule, identity,
-    measurements: concurrency -> ``timing.Measurement`` fields)."""
+    measurements: concurrency -> ``timing.Measurement`` fields and ``git``, the commit and
+    tree it was measured at)."""
     return write_text(path, json.dumps(record, indent=1, default=str))
 
 

@@ -2,13 +2,16 @@
 module scan: adding a family is adding its module.
 
 ``get(method)`` is a family by vLLM method name, ``METHODS`` every name, ``of(variant)`` a
-job's, ``of_checkpoint(path)`` the family a checkpoint on disk belongs to.
+job's, ``of_checkpoint(path)`` the family a checkpoint on disk belongs to, and
+``spec_schema`` the ``spec`` config group with every family's own keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
+import typing
 from collections.abc import Iterable
 from typing import Any
 
@@ -80,6 +83,35 @@ def of_checkpoint(path: str) -> Speculator:
     return claimed[0]
 
 
+def spec_schema(shared: type, families: Iterable[Speculator] = ()) -> type:
+    """The ``spec`` config group's schema (a dataclass named ``SpecConfig``): the fields of
+    the dataclass ``shared``, then each family's ``Options``.
+
+    Raises:
+        ValueError: two of them declare one key.
+    """
+    owner: dict[str, str] = {}
+    fields = []
+    for source in (shared, *(f.Options for f in families if f.Options is not None)):
+        hints = typing.get_type_hints(source)
+        for f in dataclasses.fields(source):
+            if f.name in owner:
+                raise ValueError(
+                    f"spec.{f.name} is declared twice: by {owner[f.name]} and "
+                    f"{source.__module__}.{source.__qualname__}"
+                )
+            owner[f.name] = f"{source.__module__}.{source.__qualname__}"
+            default = (
+                {"default_factory": f.default_factory}
+                if f.default is dataclasses.MISSING
+                else {"default": f.default}
+            )
+            fields.append((f.name, hints[f.name], dataclasses.field(**default)))
+    schema = dataclasses.make_dataclass("SpecConfig", fields)
+    schema.__module__, schema.__doc__ = shared.__module__, shared.__doc__
+    return schema
+
+
 __all__ = [
     "FAMILIES",
     "METHODS",
@@ -89,4 +121,5 @@ __all__ = [
     "of",
     "of_checkpoint",
     "register",
+    "spec_schema",
 ]

@@ -28,6 +28,9 @@ class Speculator:
     # the module of ``train/`` whose ``build`` makes its checkpoints in ``make models``
     # (its interface: ``train.steps``); None: model-free, or its checkpoints are made elsewhere
     trained_by: ClassVar[str | None] = None
+    # a dataclass of the family's own keys of the ``spec`` config group (``spec.<key>``,
+    # composed into the schema by :func:`harness.speculators.spec_schema`); None: none
+    Options: ClassVar[type | None] = None
 
     def options(self, spec: Any) -> dict[str, Any]:
         """The family's own keys of ``speculative_config`` from the ``spec`` config group."""

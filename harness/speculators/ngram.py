@@ -3,14 +3,24 @@ match; it drafts only where it finds one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import ConfigError
 from harness.speculators.base import Speculator
 
 
+@dataclass
+class NgramOptions:
+    """``spec.prompt_lookup_*``: the n-gram lengths matched against the context."""
+
+    prompt_lookup_max: int = 4  # longest n-gram matched against the context
+    prompt_lookup_min: int = 2  # shortest
+
+
 class Ngram(Speculator):
     method = "ngram"
+    Options = NgramOptions
     what = "prompt lookup, model-free"
     loads_checkpoint = False
     drafts_every_step = False

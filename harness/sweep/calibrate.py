@@ -17,7 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import grid, speculators
+from harness import grid, provenance, speculators
 from harness.calibration.record import (
     CALIBRATION,
     Entry,
@@ -127,13 +127,14 @@ def calibrate(
     elif llm is None:
         llm = live.get(OFFLINE, entry.spec)[0].llm
     tokenizer = load_tokenizer(entry.spec.target)
+    git = provenance.git_state()
     for concurrency in todo:
         k0 = entry.k > 0 and entry.spec.k_at(concurrency) == 0  # a schedule's K = 0 level
         paired_with = baseline if paired else None
         measured = measure(llm, tokenizer, 0 if k0 else entry.k, concurrency, baseline=paired_with)
         if k0:
             measured = without_drafts(measured)
-        done[concurrency] = asdict(measured)
+        done[concurrency] = {**asdict(measured), "git": git}  # the commit it was measured at
         schedule = f" k_schedule={entry.k_schedule}" if entry.k_schedule else ""
         print(f"calibration {entry.target} draft={entry.draft} K={entry.k}{schedule} "
               f"concurrency={concurrency}: {describe(measured, entry.k)}")  # fmt: skip
