@@ -2,8 +2,8 @@
 
 ``raw/<sweep>/<job>/`` holds its runs (the harness's layout, compacted by ``python -m
 study``), ``study.json`` what made them (the study's config, commit and tree, versions,
-hardware, each step's command, wall time and commit, the drift sentinel's re-runs, the raw data's
-size); ``REPORT.md`` (opening with the study's description, then how it was made after the
+hardware, each step's command, wall time and commit, the drift sentinel's re-runs, the raw
+data's size); ``REPORT.md`` (opening with the study's description, then how it was made after the
 flagged runs), ``aggregates.csv``, ``fits.csv``, ``whatif.csv`` and ``figures/`` are
 generated from both (:func:`write`). :func:`check` regenerates them elsewhere and lists every difference,
 and every number the hand-written ``README.md`` quotes that no table holds (:func:`unquoted`).
@@ -91,9 +91,9 @@ def made(study: dict[str, Any]) -> list[str]:
     passes = steps["commit"].nunique() if "commit" in steps else 1
     if passes > 1:  # earlier makes' steps, whose runs or calibrations the study keeps
         columns.insert(1, ("commit", lambda r: f"`{r['commit'][:12]}`"))
-    at = f"at {passes} commits (each step's in the table), the last {commit}," if passes > 1 else (
-        f"at commit {commit}"
-    )  # fmt: skip
+    at = f"at commit {commit}"
+    if passes > 1:
+        at = f"at {passes} commits (each step's in the table), the last {commit},"
     return ["## How the study was made", "",
             f"Made by `{study['command']}` {at} from {tree}, started "
             f"{study['started']}, on {hw.get('cpu')} ({', '.join(filter(None, machine))}) "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import results
+from harness.calibration import record as calibration
 from harness.calibration.record import CALIBRATION
 from harness.files import atomic_dir, file_digest
 from harness.measure.preflight import PREFLIGHT
@@ -97,10 +98,8 @@ def copy_runs(results_dir: Path, sweeps: list[str], raw_dir: Path) -> Copied:
 
 def commits(raw_dir: Path) -> set[str]:
     """The commits the runs and calibration measurements under ``raw_dir`` were made at."""
-    found = set()
-    for summary in raw_dir.glob(f"*/*/{results.SUMMARY}"):
-        found.add((json.loads(summary.read_text()).get("git") or {}).get("commit"))
-    for path in raw_dir.glob(f"*/{CALIBRATION}/*.json"):
-        for m in json.loads(path.read_text()).get("measurements", {}).values():
-            found.add((m.get("git") or {}).get("commit"))
+    runs = (results.read_summary(s.parent) for s in raw_dir.glob(f"*/*/{results.SUMMARY}"))
+    calibrated = (calibration.load(p) for p in raw_dir.glob(f"*/{CALIBRATION}/*.json"))
+    measured = [m for r in calibrated for m in (r or {}).get("measurements", {}).values()]
+    found = {((r or {}).get("git") or {}).get("commit") for r in [*runs, *measured]}
     return found - {None}
