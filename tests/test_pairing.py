@@ -100,3 +100,35 @@ def test_both_sides_of_an_open_loop_window_get_the_same_arrivals():
     assert [load.seed for load in loads] == [5, 5, 6, 6, 7, 7]
     assert {(load.request_rate, load.concurrency) for load in loads} == {(4.0, 2)}
     assert [calls[i][0] is sides[pairing.JOB] for i in range(6)] == [1, 0, 0, 1, 1, 0]
+
+
+def test_each_side_settles_before_its_first_window_after_a_switch_and_the_first_window():
+    """With settle on, one unrecorded 1-request call at concurrency 1 precedes the first
+    window of each run of one side, the job's very first window included (the plain side
+    ran last before it: its warm-up and the sentinel)."""
+    from harness.backends.engine import EngineSpec
+    from harness.data.problems import Problem
+    from harness.sweep.runner import PreparedJob, Request, interleave
+
+    job = run_fixtures.Job("t", run_fixtures.SEED_STUDY[3], "synth_easy", "easy", 2, n_problems=6)
+    info = dataclasses.replace(run_fixtures.records(job)[0].job, concurrency=2)
+    requests = tuple(
+        Request(Problem(str(i), "d", "easy", "q", "1", "s"), (1, 2, i)) for i in range(6)
+    )
+    spec = EngineSpec("t", None, 0, ())
+    prepared = PreparedJob(info, spec, requests, 8, baseline=spec, pair_window=2)
+    calls: list = []
+    sides = {pairing.JOB: _Recorder(calls), pairing.BASELINE: _Recorder(calls)}
+    settled: list[str] = []
+    interleave(
+        prepared, sides, dict.fromkeys(sides, lambda i, c: None),
+        on_settle=lambda side, completion: settled.append(side),
+    )  # fmt: skip
+    side = {id(sides[s]): s for s in sides}
+    got = [(side[id(g)], n, load.concurrency) for g, n, load in calls]
+    # windows of 2: A B B A A B, each side's run of windows led by a settle
+    assert got == [
+        ("A", 1, 1), ("A", 2, 2), ("B", 1, 1), ("B", 2, 2), ("B", 2, 2),
+        ("A", 1, 1), ("A", 2, 2), ("A", 2, 2), ("B", 1, 1), ("B", 2, 2),
+    ]  # fmt: skip
+    assert settled == ["A", "B", "A", "B"]

@@ -303,7 +303,8 @@ def interleave(
     generation seconds. Both sides of a window get the same load (open-loop: the same
     arrival draws, seeded by the job's seed and the window).
 
-    ``settle``: one unrecorded short request on the backend switched to before its wave,
+    ``settle``: one unrecorded short request on the backend switched to before its wave
+    (the first wave's side too: the other side ran last, its warm-up and the sentinel),
     its completion passed to ``on_settle(side, completion)``.
     """
     prompts = [r.prompt_token_ids for r in job.requests]
@@ -318,7 +319,7 @@ def interleave(
                 for other in backends.keys() - {side}:
                     backends[other].pause()
                 backends[side].resume()
-            if settle and last is not None and side != last:
+            if settle and side != last:
                 backends[side].generate(
                     [prompts[ids[0]]], short, Load(1), lambda i, out, s=side: done(s, out)
                 )
