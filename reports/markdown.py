@@ -186,7 +186,8 @@ CROSSOVER: list[Column] = [
     ("dataset", _col("dataset")),
     ("variant", _col("variant")),
     ("K", _col("k")),
-    ("rates run", _col("rates")),
+    ("load", _col("axis")),
+    ("loads run", _col("loads")),
     ("helps up to (CI > 1)", lambda r: _rate(r, "helps_up_to")),
     ("crossover (first < 1)", lambda r: _rate(r, "first_below_1")),
     ("hurts from (CI < 1)", lambda r: _rate(r, "hurts_from")),
@@ -195,8 +196,8 @@ CROSSOVER: list[Column] = [
 
 
 def _rate_or_more(x: object, digits: int = 2) -> str:
-    """A crossover rate's end; a NaN end lies past the rates run."""
-    return f"{x:.{digits}f}" if pd.notna(x) else "past the rates run"
+    """A crossover load's end; a NaN end lies past the loads run."""
+    return f"{x:.{digits}f}" if pd.notna(x) else "past the loads run"
 
 
 def _predicted(r: pd.Series, name: str, show: Callable[..., str]) -> str:
@@ -272,11 +273,13 @@ def _serving(rows: pd.DataFrame, cross: pd.DataFrame) -> list[str]:
            "position's acceptance at its 95% CI's low and high end).", "",
            table(rows, SERVING), ""]  # fmt: skip
     if not cross.empty:
-        out += ["Where speculation stops paying (TPOT speedup along the request rates, req/s; "
-                "– where no rate qualifies); the predicted crossover is the rate where the "
-                "predicted speedup falls to 1, linear between the rates run (the lowest rate "
-                "when it is below 1 there), with the same along the acceptance CI's ends "
-                "in brackets:", "", table(cross, CROSSOVER), ""]  # fmt: skip
+        out += ["Where speculation stops paying (TPOT speedup along the open-loop request "
+                "rates, req/s, or the closed-loop concurrencies, requests in flight, across "
+                "the sweeps that ran them; – where no load qualifies); the predicted "
+                "crossover is the load where the predicted speedup falls to 1, linear "
+                "between the loads run (the lowest load when it is below 1 there), with the "
+                "same along the acceptance CI's ends in brackets:", "",
+                table(cross, CROSSOVER), ""]  # fmt: skip
     return out
 
 

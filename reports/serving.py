@@ -4,7 +4,7 @@ schedule by batch size to deploy.
 
 A group's speedup at a request rate pairs it with the K = 0 group at the same rate
 (``reports.aggregate``); the crossover of a speculative configuration reads those
-speedups along its rates (closed-loop groups, rate 0, are not on that axis). The K
+speedups along its rates, a closed-loop one along its concurrencies. The K
 schedule reads closed-loop groups at several concurrencies: the cost model's predicted
 speedup per K at each (``reports.fit``), the measured one beside it, and the schedule's
 own run when it has one.
@@ -143,44 +143,64 @@ def crossing(rate: np.ndarray, speedup: np.ndarray) -> float:
 PREDICTED_CROSSOVER = ("predicted_crossover", "predicted_crossover_lo", "predicted_crossover_hi")
 
 
+def _along(g: pd.DataFrame, axis: str) -> dict[str, object]:
+    """One configuration's crossover columns along ``axis`` (request_rate or concurrency)."""
+    g = g.sort_values(axis)
+    load = g[axis].to_numpy(float)
+
+    def lowest(mask: pd.Series) -> float:
+        return float(load[mask.to_numpy()].min()) if mask.any() else np.nan
+
+    def predicted(end: str) -> float:
+        column = f"speedup_tpot_predicted{end}"
+        return crossing(load, g.get(column, pd.Series(np.nan, index=g.index)).to_numpy(float))
+
+    helps = g["speedup_tpot_lo"] > 1
+    return {
+        "loads": ", ".join(f"{x:g}" for x in load),
+        "helps_up_to": float(load[helps.to_numpy()].max()) if helps.any() else np.nan,
+        "first_below_1": lowest(g["speedup_tpot"] < 1),
+        "hurts_from": lowest(g["speedup_tpot_hi"] < 1),
+        **dict(zip(PREDICTED_CROSSOVER, (predicted(e) for e in ("", "_lo", "_hi")), strict=True)),
+    }
+
+
+RATE, IN_FLIGHT = "req/s", "in flight"  # a crossover's axis
+
+
 def crossovers(table: pd.DataFrame) -> pd.DataFrame:
-    """Per speculative configuration measured at two or more open-loop rates: the highest
-    rate whose TPOT speedup's 95% CI lies above 1 (``helps_up_to``), the lowest whose
-    speedup is below 1 (``first_below_1``: the crossover) and the lowest whose CI lies
-    below 1 (``hurts_from``); NaN where no rate qualifies. Beside them the cost model's
-    (``reports.fit``, each rate priced at the batch sizes it ran): the rate where its
+    """Per speculative server configuration run at two or more loads: open loop along its
+    request rates (``axis`` req/s), closed loop along its concurrencies (``axis`` in
+    flight; across the report's sweeps when no concurrency is run twice, its
+    ``sweep_id`` then naming them all). Along the loads run: the highest whose TPOT
+    speedup's 95% CI lies above 1 (``helps_up_to``), the lowest whose speedup is below 1
+    (``first_below_1``: the crossover) and the lowest whose CI lies below 1
+    (``hurts_from``); NaN where none qualifies. Beside them the cost model's
+    (``reports.fit``, each load priced at the batch sizes it ran): the load where its
     predicted speedup falls to 1 (:func:`crossing`), and the same along the predicted
     speedups with every position's acceptance at its CI's low and high end (its interval;
-    a NaN high end: the upper curve stays above 1 over the rates run)."""
-    columns = [*CONFIGURATION, "rates", "helps_up_to", "first_below_1", "hurts_from",
+    a NaN high end: the upper curve stays above 1 over the loads run)."""
+    columns = [*CONFIGURATION, "axis", "loads", "helps_up_to", "first_below_1", "hurts_from",
                *PREDICTED_CROSSOVER]  # fmt: skip
     if table.empty:
         return pd.DataFrame(columns=columns)
     rows = table[table["backend"].map(streamed) & (table["k"] > 0)]
-    rows = rows[(rows["request_rate"] != CLOSED_LOOP) & rows["speedup_tpot"].notna()]
+    rows = rows[rows["speedup_tpot"].notna()]
     out = []
-    for key, g in rows.groupby(CONFIGURATION, sort=True):
-        if g["request_rate"].nunique() < 2:
-            continue
-        g = g.sort_values("request_rate")
-        rate = g["request_rate"].to_numpy(float)
-
-        def lowest(mask: pd.Series, rate: np.ndarray = rate) -> float:
-            return float(rate[mask.to_numpy()].min()) if mask.any() else np.nan
-
-        def predicted(end: str, g: pd.DataFrame = g, rate: np.ndarray = rate) -> float:
-            column = f"speedup_tpot_predicted{end}"
-            return crossing(rate, g.get(column, pd.Series(np.nan, index=g.index)).to_numpy(float))
-
-        helps = g["speedup_tpot_lo"] > 1
-        out.append({
-            **dict(zip(CONFIGURATION, key, strict=True)),
-            "rates": ", ".join(f"{r:g}" for r in rate),
-            "helps_up_to": float(rate[helps.to_numpy()].max()) if helps.any() else np.nan,
-            "first_below_1": lowest(g["speedup_tpot"] < 1),
-            "hurts_from": lowest(g["speedup_tpot_hi"] < 1),
-            **dict(zip(PREDICTED_CROSSOVER, (predicted(e) for e in ("", "_lo", "_hi")), strict=True)),
-        })  # fmt: skip
+    open_loop = rows[rows["request_rate"] != CLOSED_LOOP]
+    for key, g in open_loop.groupby(CONFIGURATION, sort=True):
+        if g["request_rate"].nunique() > 1:
+            out.append({**dict(zip(CONFIGURATION, key, strict=True)), "axis": RATE,
+                        **_along(g, "request_rate")})  # fmt: skip
+    closed = rows[rows["request_rate"] == CLOSED_LOOP]
+    for key, g in closed.groupby(["variant", "dataset", "k"], sort=True):
+        groups = g.groupby("sweep_id") if g["concurrency"].duplicated().any() else [(None, g)]
+        for _, one in groups:
+            if one["concurrency"].nunique() > 1:
+                sweeps = ", ".join(sorted(one["sweep_id"].unique()))
+                out.append({"sweep_id": sweeps, **dict(zip(["variant", "dataset", "k"], key, strict=True)),
+                            "concurrency": np.nan, "axis": IN_FLIGHT,
+                            **_along(one, "concurrency")})  # fmt: skip
     return pd.DataFrame(out, columns=columns)
 
 

@@ -95,12 +95,14 @@ class Job:
     speed: float = 1.0  # the machine's slowness during the run: every time is scaled by it
     within: float = 1.0  # the drift sentinel's end / start within the run
     request_rate: float | None = None  # open-loop arrivals on the server backend
+    server: bool = False  # on the server backend closed loop (no request_rate)
 
     @property
     def name(self) -> str:
         """The job directory name."""
         v = self.variant.name
         rate = "" if self.request_rate is None else f"-server-rps{self.request_rate:g}"
+        rate = "-server" if self.server and not rate else rate
         return f"{v}-{self.dataset}-k{self.k}-c{self.concurrency}{rate}-s{self.seed}"
 
     @property
@@ -112,7 +114,7 @@ class Job:
             target=v.target_model, draft=v.draft_model, k=self.k, dataset=self.dataset,
             difficulty=self.difficulty, prompt_style=v.prompt_style, temperature=0.0,
             seed=self.seed, concurrency=self.concurrency, pairing=self.pairing,
-            backend="offline" if self.request_rate is None else "server",
+            backend="offline" if self.request_rate is None and not self.server else "server",
             request_rate=self.request_rate,
         )  # fmt: skip
 

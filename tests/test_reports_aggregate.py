@@ -523,13 +523,44 @@ def test_serving_rows_pair_each_rate_with_its_own_baseline_and_find_the_crossove
         assert rows.loc[(2, rate), "speedup_tpot"] == pytest.approx(expected)
     assert rows.loc[(2, 1.0), "speedup_tpot_lo"] > 1 > rows.loc[(2, 8.0), "speedup_tpot_hi"]
     (cross,) = t.crossovers.to_dict("records")
-    assert cross["rates"] == "1, 2, 4, 8"
+    assert (cross["axis"], cross["loads"]) == ("req/s", "1, 2, 4, 8")
     assert (cross["helps_up_to"], cross["first_below_1"], cross["hurts_from"]) == (2.0, 4.0, 4.0)
     # ITL percentiles come from the streamed gaps: here each request's gaps equal its TPOT
     gaps = np.concatenate([np.asarray(x) for x in r.requests.loc[
         (r.requests["k"] == 2) & (r.requests["request_rate"] == 8.0), "itl_s"]])  # fmt: skip
     assert rows.loc[(2, 8.0), "itl_p99_s"] == pytest.approx(np.percentile(gaps, 99))
     assert r.runs["backend"].eq("server").all()
+
+
+def test_a_closed_loop_crossover_reads_the_concurrencies_across_the_sweeps_that_ran_them(
+    tmp_path,
+):
+    """Closed loop on servers at 1 and 4 in flight in one sweep and 16 in another: one
+    crossover row along the concurrencies; a concurrency run in both sweeps splits them."""
+    slowdown = {("closed", 1): 1.0, ("closed", 4): 1.0, ("saturated", 16): 3.0}
+    for (sweep, c), speed in slowdown.items():
+        for k in (0, 2):
+            job = run_fixtures.Job(sweep, V["cot_sd"] if k else V["cot"], "synth_easy", "easy",
+                                   k, concurrency=c, n_problems=40, server=True,
+                                   speed=speed if k else 1.0)  # fmt: skip
+            run_fixtures.write_job(tmp_path, job, run_fixtures.records(job))
+    t = tables.build_tables(load.load(tmp_path), n_boot=200)
+    (cross,) = t.crossovers.to_dict("records")
+    assert (cross["sweep_id"], cross["axis"], cross["loads"]) == (
+        "closed, saturated",
+        "in flight",
+        "1, 4, 16",
+    )
+    assert (cross["helps_up_to"], cross["first_below_1"], cross["hurts_from"]) == (4.0, 16.0, 16.0)
+    for k in (0, 2):  # the saturated sweep runs 4 in flight too: each sweep on its own
+        job = run_fixtures.Job("saturated", V["cot_sd"] if k else V["cot"], "synth_easy", "easy",
+                               k, concurrency=4, n_problems=40, server=True)  # fmt: skip
+        run_fixtures.write_job(tmp_path, job, run_fixtures.records(job))
+    t = tables.build_tables(load.load(tmp_path), n_boot=200)
+    assert [(c["sweep_id"], c["loads"]) for c in t.crossovers.to_dict("records")] == [
+        ("closed", "1, 4"),
+        ("saturated", "4, 16"),
+    ]
 
 
 def _goodput(tmp_path, own_slo, slo, aborted=()):
