@@ -12,6 +12,8 @@ own run when it has one.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -193,15 +195,27 @@ def crossovers(table: pd.DataFrame) -> pd.DataFrame:
             out.append({**dict(zip(CONFIGURATION, key, strict=True)), "axis": RATE,
                         **_along(g, "request_rate")})  # fmt: skip
     closed = rows[rows["request_rate"] == CLOSED_LOOP]
-    for key, g in closed.groupby(["variant", "dataset", "k"], sort=True):
-        groups = g.groupby("sweep_id") if g["concurrency"].duplicated().any() else [(None, g)]
-        for _, one in groups:
-            if one["concurrency"].nunique() > 1:
-                sweeps = ", ".join(sorted(one["sweep_id"].unique()))
-                out.append({"sweep_id": sweeps, **dict(zip(["variant", "dataset", "k"], key, strict=True)),
-                            "concurrency": np.nan, "axis": IN_FLIGHT,
-                            **_along(one, "concurrency")})  # fmt: skip
+    for sweeps, key, g in by_concurrency(closed, ["variant", "dataset", "k"]):
+        out.append({"sweep_id": sweeps, **dict(zip(["variant", "dataset", "k"], key, strict=True)),
+                    "concurrency": np.nan, "axis": IN_FLIGHT,
+                    **_along(g, "concurrency")})  # fmt: skip
     return pd.DataFrame(out, columns=columns)
+
+
+def by_concurrency(
+    rows: pd.DataFrame, key: list[str]
+) -> list[tuple[str, tuple[Any, ...], pd.DataFrame]]:
+    """Closed-loop ``rows`` by ``key`` and run at two or more concurrencies, each group
+    across the report's sweeps when no concurrency of it is run in two of them (else one
+    group per sweep): (its sweeps, comma-joined; its key; its rows)."""
+    out = []
+    for k, g in rows.groupby(key, sort=True):
+        per_level = g.drop_duplicates(["sweep_id", "concurrency"])["concurrency"]
+        groups = [g for _, g in g.groupby("sweep_id")] if per_level.duplicated().any() else [g]
+        for one in groups:
+            if one["concurrency"].nunique() > 1:
+                out.append((", ".join(sorted(one["sweep_id"].unique())), k, one))
+    return out
 
 
 def _off(at: pd.DataFrame) -> float | None:
@@ -234,7 +248,7 @@ def _off_text(off: dict[int, float | None]) -> str:
 
 def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
     """Per speculator configuration run closed loop at fixed Ks and two or more
-    concurrencies: the K per batch size the cost model predicts fastest (K = 0 where no
+    concurrencies (:func:`by_concurrency`; ``sweep_id`` names its sweeps): the K per batch size the cost model predicts fastest (K = 0 where no
     K beats speculation off, :func:`_off`), as vLLM's
     ``num_speculative_tokens_per_batch_size``, the best K measured at each concurrency,
     K = 0's speedup at each (``off``; "target alone" where uncalibrated) and the overrides
@@ -245,10 +259,8 @@ def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     fixed = table[(table["request_rate"] == CLOSED_LOOP) & (table["k_schedule"] == FIXED_K)]
     out = []
-    for key, g in fixed[fixed["k"] > 0].groupby(SCHEDULED, sort=True):
+    for sweeps, key, g in by_concurrency(fixed[fixed["k"] > 0], SCHEDULED[1:]):
         levels = sorted(int(c) for c in g["concurrency"].unique())
-        if len(levels) < 2:
-            continue
         by_level = {int(c): at for c, at in g.groupby("concurrency")}
         predicted = {c: _best_k(by_level[c], "speedup_tpot_predicted") for c in levels}
         measured = {c: _best_k(by_level[c], "speedup_tpot") for c in levels}
@@ -256,13 +268,14 @@ def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
         top = int(g["k"].max())
         shown = str(ranges).replace(" ", "")
         out.append({
-            **dict(zip(SCHEDULED, key, strict=True)),
+            "sweep_id": sweeps,
+            **dict(zip(SCHEDULED[1:], key, strict=True)),
             "concurrencies": ", ".join(map(str, levels)),
             "predicted": ", ".join(f"{c}: K={k}" for c, k in predicted.items()),
             "measured": ", ".join(f"{c}: K={k}" for c, k in measured.items()),
             "off": _off_text({c: _off(by_level[c]) for c in levels}),
             "schedule": shown,
-            "overrides": f"variant={key[2]} dataset={key[3]} spec.k={top} spec.k_schedule={shown}",
+            "overrides": f"variant={key[1]} dataset={key[2]} spec.k={top} spec.k_schedule={shown}",
         })  # fmt: skip
     return pd.DataFrame(out, columns=columns)
 

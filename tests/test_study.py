@@ -378,16 +378,13 @@ def test_a_readme_number_missing_from_the_tables_is_named(study_copy):
     assert "README.md: quotes 9.99, which no table holds" in folder.check(out)
 
 
-# re-made studies (raw runs committed); the legacy ones are hand-typed
-STUDIES = sorted(
-    p.parent
-    for p in (ROOT / "docs" / "results").glob("*/README.md")
-    if (p.parent / folder.RAW).is_dir()
-)
+# re-made studies (a study.json beside their raw runs); the legacy ones are hand-typed
+STUDIES = sorted(p.parent for p in (ROOT / "docs" / "results").glob(f"*/{folder.STUDY_JSON}"))
 
 
 @pytest.mark.parametrize("study_dir", STUDIES, ids=lambda p: p.name)
 def test_every_committed_study_readme_quotes_only_its_tables(study_dir):
+    assert (study_dir / folder.README).is_file(), "a committed study says what it shows"
     assert folder.unquoted(study_dir) == []
 
 
