@@ -257,21 +257,22 @@ def _schedules(schedules: pd.DataFrame, checks: pd.DataFrame) -> list[str]:
 def _serving(rows: pd.DataFrame, cross: pd.DataFrame) -> list[str]:
     """The server backend's groups by request rate, and where speculation stops paying."""
     rows = rows[rows["request_rate"] != 0] if not rows.empty else rows
-    if rows.empty:
+    if rows.empty and cross.empty:
         return []
-    out = ["## Serving under load", "",
-           "Jobs against vLLM's OpenAI-compatible server, streamed: open-loop arrivals at the "
-           "rate shown (`closed`: a new request as one finishes), at most `max in flight` "
-           "at once. ITL percentiles are over the gaps between streamed chunks (a chunk "
-           "carries one verify step's tokens); goodput counts the requests per second that "
-           "met every bound of the SLO shown (the job's `slo`, or the report's `slo.*` "
-           "overrides; – without one); each speedup pairs the row "
-           "with K = 0 at the same rate (95% CIs). `batch own / plain`: the mean number of "
-           "requests in decode beside each decode token (the row's, then its baseline's), "
-           "read from the send times; the cost model prices each row's steps at those batch "
-           "sizes (predicted TPOT and speedup; in brackets the speedup with every draft "
-           "position's acceptance at its 95% CI's low and high end).", "",
-           table(rows, SERVING), ""]  # fmt: skip
+    out = ["## Serving under load", ""]
+    if not rows.empty:
+        out += ["Jobs against vLLM's OpenAI-compatible server, streamed: open-loop arrivals at the "
+               "rate shown (`closed`: a new request as one finishes), at most `max in flight` "
+               "at once. ITL percentiles are over the gaps between streamed chunks (a chunk "
+               "carries one verify step's tokens); goodput counts the requests per second that "
+               "met every bound of the SLO shown (the job's `slo`, or the report's `slo.*` "
+               "overrides; – without one); each speedup pairs the row "
+               "with K = 0 at the same rate (95% CIs). `batch own / plain`: the mean number of "
+               "requests in decode beside each decode token (the row's, then its baseline's), "
+               "read from the send times; the cost model prices each row's steps at those batch "
+               "sizes (predicted TPOT and speedup; in brackets the speedup with every draft "
+               "position's acceptance at its 95% CI's low and high end).", "",
+               table(rows, SERVING), ""]  # fmt: skip
     if not cross.empty:
         out += ["Where speculation stops paying (TPOT speedup along the open-loop request "
                 "rates, req/s, or the closed-loop concurrencies, requests in flight, across "
