@@ -209,12 +209,13 @@ def by_concurrency(
     across the report's sweeps when no concurrency of it is run in two of them (else one
     group per sweep): (its sweeps, comma-joined; its key; its rows)."""
     out = []
-    for k, g in rows.groupby(key, sort=True):
-        per_level = g.drop_duplicates(["sweep_id", "concurrency"])["concurrency"]
-        groups = [g for _, g in g.groupby("sweep_id")] if per_level.duplicated().any() else [g]
-        for one in groups:
-            if one["concurrency"].nunique() > 1:
-                out.append((", ".join(sorted(one["sweep_id"].unique())), k, one))
+    for k, rows_k in rows.groupby(key, sort=True):
+        per_level = rows_k.drop_duplicates(["sweep_id", "concurrency"])["concurrency"]
+        split = per_level.duplicated().any()
+        groups = [g for _, g in rows_k.groupby("sweep_id")] if split else [rows_k]
+        for g in groups:
+            if g["concurrency"].nunique() > 1:
+                out.append((", ".join(sorted(g["sweep_id"].unique())), k, g))
     return out
 
 
@@ -248,9 +249,10 @@ def _off_text(off: dict[int, float | None]) -> str:
 
 def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
     """Per speculator configuration run closed loop at fixed Ks and two or more
-    concurrencies (:func:`by_concurrency`; ``sweep_id`` names its sweeps): the K per batch size the cost model predicts fastest (K = 0 where no
-    K beats speculation off, :func:`_off`), as vLLM's
-    ``num_speculative_tokens_per_batch_size``, the best K measured at each concurrency,
+    concurrencies (:func:`by_concurrency`; ``sweep_id`` names its sweeps): the K per batch
+    size the cost model predicts fastest (K = 0 where no K beats speculation off,
+    :func:`_off`), as vLLM's ``num_speculative_tokens_per_batch_size``, the best K
+    measured at each concurrency,
     K = 0's speedup at each (``off``; "target alone" where uncalibrated) and the overrides
     that run the schedule."""
     columns = [*SCHEDULED, "concurrencies", "predicted", "measured", "off", "schedule",

@@ -101,8 +101,10 @@ class Job:
     def name(self) -> str:
         """The job directory name."""
         v = self.variant.name
-        rate = "" if self.request_rate is None else f"-server-rps{self.request_rate:g}"
-        rate = "-server" if self.server and not rate else rate
+        if self.request_rate is not None:
+            rate = f"-server-rps{self.request_rate:g}"
+        else:
+            rate = "-server" if self.server else ""
         return f"{v}-{self.dataset}-k{self.k}-c{self.concurrency}{rate}-s{self.seed}"
 
     @property
