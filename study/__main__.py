@@ -3,6 +3,7 @@
     python -m study tiny                          # = make study NAME=tiny
     python -m study tiny allow_dirty=true         # from a dirty tree (the report says so)
     python -m study tiny rerun_flagged=0 engine.max_model_len=1024   # harness overrides too
+    python -m study smollm2-serving sweeps=schedule   # run one sweep, keep the others' runs
 
 Checks every override against each sweep first (as ``python -m harness -m`` would: bad
 input is one line, exit 2, before any step), then builds the models it lacks, runs (or
@@ -25,7 +26,7 @@ from harness.checks import command
 from study import config
 
 # the study's own keys among the overrides; every other one goes to each sweep's harness
-STUDY_KEYS = ("allow_dirty", "rerun_flagged", "results_dir")
+STUDY_KEYS = ("allow_dirty", "rerun_flagged", "results_dir", "sweeps")
 OWNED = ("experiment", "sweep")  # named by the study config, not the command line
 RESULTS_DIR = Path("results") / "studies"  # <results_dir>/<study>/<sweep>/<job>/
 
@@ -47,8 +48,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="allow_dirty=true (run from a dirty tree; the report says so), rerun_flagged=N "
         "(re-runs of a flagged run; default: the study's, else 2), results_dir=DIR (where "
-        f"the runs go; default {RESULTS_DIR}/<name>); any other: a harness override added "
-        "to every sweep",
+        f"the runs go; default {RESULTS_DIR}/<name>), sweeps=A,B (run only these sweeps; "
+        "the others keep their committed runs); any other: a harness override added to "
+        "every sweep",
     )
 
 
@@ -94,10 +96,12 @@ def main(args: argparse.Namespace) -> int:
         text = mine["rerun_flagged"]
         limit = config.check_rerun_flagged(int(text) if text.isdigit() else text)
     results_dir = Path(mine.get("results_dir") or RESULTS_DIR / study.name)
+    only = config.check_only(study, mine["sweeps"]) if "sweeps" in mine else None
     config.check_sweeps(study, harness, results_dir)
     said = shlex.join(["python", "-m", "study", study.name, *args.overrides])
     try:
-        path = run(study, harness, results_dir, args.docs_dir, allow_dirty, limit, said)
+        path = run(study, harness, results_dir, args.docs_dir, allow_dirty, limit, said,
+                   only=only)  # fmt: skip
     except StepFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

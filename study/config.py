@@ -197,3 +197,20 @@ def check_rerun_flagged(value: Any, where: str = "rerun_flagged") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise StudyError(f"{where}={value}: an integer >= 0")
     return value
+
+
+def check_only(study: Study, value: str) -> tuple[str, ...]:
+    """``sweeps=A,B``: the names of sweeps of ``study`` to run.
+
+    Raises:
+        StudyError: empty, or a name the study does not have (its sweeps listed).
+    """
+    names = tuple(n for n in value.split(",") if n)
+    known_sweeps = [s.name for s in study.sweeps]
+    unknown = [n for n in names if n not in known_sweeps]
+    if not names or unknown:
+        raise StudyError(
+            f"sweeps={value}: {'name a sweep' if not names else f'no sweep {unknown[0]}'} "
+            f"(study {study.name} has: {', '.join(known_sweeps)})"
+        )
+    return names

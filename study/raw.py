@@ -76,12 +76,21 @@ def compact_run(job: Path, out: Path) -> int:
     return sum(p.stat().st_size for p in out.iterdir())
 
 
-def copy_runs(results_dir: Path, sweeps: list[str], raw_dir: Path) -> Copied:
+def copy_runs(
+    results_dir: Path, sweeps: list[str], raw_dir: Path, kept: tuple[str, ...] = ()
+) -> Copied:
     """Replace ``raw_dir`` with the complete runs of ``results_dir/<sweep>`` for each sweep
-    (partial ones are left out, as the report would), compacted (:func:`compact_run`)."""
+    (partial ones are left out, as the report would), compacted (:func:`compact_run`); a
+    sweep in ``kept`` keeps its folder of ``raw_dir`` as it is."""
     sizes, jobs = [], []
     with atomic_dir(raw_dir) as tmp:
         for sweep in sweeps:
+            if sweep in kept:
+                shutil.copytree(Path(raw_dir) / sweep, tmp / sweep)
+                for summary in sorted((tmp / sweep).glob(f"*/{results.SUMMARY}")):
+                    sizes.append(sum(p.stat().st_size for p in summary.parent.iterdir()))
+                    jobs.append(f"{sweep}/{summary.parent.name}")
+                continue
             source, target = Path(results_dir) / sweep, tmp / sweep
             target.mkdir(parents=True)
             for job in sorted(p for p in source.iterdir() if p.is_dir()):

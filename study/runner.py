@@ -160,17 +160,28 @@ def run(
     rerun_limit: int | None = None,
     command: str = "",
     step: Runner | None = None,
+    only: tuple[str, ...] | None = None,
 ) -> Path:
     """Run ``study`` (``extra``: harness overrides added to every sweep; runs under
     ``results_dir``; each step through ``step``, default a :class:`Runner`), then write
-    ``docs_dir/<name>/``; return its REPORT.md.
+    ``docs_dir/<name>/``; return its REPORT.md. With ``only`` (sweep names), the other
+    sweeps are not run: their committed runs, calibration and sentinel record are kept.
 
     Raises:
-        StudyError: a dirty tree not allowed.
+        StudyError: a dirty tree not allowed, or a sweep to keep with no committed runs.
         StepFailed: a step failed (what finished is kept; running again resumes).
     """
     git = provenance.git_state()
     check_clean(git, allow_dirty)
+    out = docs_dir / study.name
+    kept = tuple(s.name for s in study.sweeps if only is not None and s.name not in only)
+    earlier = folder.read_study(out) if (out / folder.STUDY_JSON).is_file() else None
+    for name in kept:
+        if earlier is None or not (out / folder.RAW / name).is_dir():
+            raise StudyError(
+                f"sweeps={','.join(only or ())}: sweep {name} has no committed runs in "
+                f"{out / folder.RAW} to keep (name it too)"
+            )
     limit = study.rerun_flagged if rerun_limit is None else rerun_limit
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     step = step or Runner()
@@ -180,8 +191,10 @@ def run(
     for i, overrides in enumerate(study.builds):
         name = "models" if len(study.builds) == 1 else f"models {i + 1}"
         step(name, "train.build", f"experiment={study.experiment}", *overrides, *datasets)
-    reruns = []
-    for sweep in study.sweeps:
+    reruns = [
+        r for r in (earlier or {}).get("sentinel", {}).get("reruns", []) if r["sweep"] in kept
+    ]
+    for sweep in (s for s in study.sweeps if s.name not in kept):
         args = sweep.args(study.experiment, extra, results_dir)
         step(f"sweep {sweep.name}", "harness", "-m", *args)
         reruns += rerun_flagged(
@@ -199,9 +212,7 @@ def run(
             "--draft",
             p.draft,
         )
-    out = docs_dir / study.name
-    earlier = folder.read_study(out) if (out / folder.STUDY_JSON).is_file() else None
-    copied = raw.copy_runs(results_dir, [s.name for s in study.sweeps], out / folder.RAW)
+    copied = raw.copy_runs(results_dir, [s.name for s in study.sweeps], out / folder.RAW, kept)
     steps = [{**asdict(s), "commit": git["commit"]} for s in step.steps]
     record = {
         "name": study.name,

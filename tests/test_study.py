@@ -160,12 +160,13 @@ class FakeRunner(runner.Runner):
         self.sweeps = 0
 
     def execute(self, argv: list[str]) -> int:
-        assert argv[1:4] == ["-m", "harness", "-m"] and "sweep=smoke" in argv
+        assert argv[1:4] == ["-m", "harness", "-m"]
+        sweep = next(a.removeprefix("sweep=") for a in argv if a.startswith("sweep="))
         self.sweeps += 1
         for variant, k in (("cot", 0), ("cot_sd", 1)):
-            job = run_fixtures.Job("smoke", V[variant], "synth_easy", "easy", k, n_problems=20)
+            job = run_fixtures.Job(sweep, V[variant], "synth_easy", "easy", k, n_problems=20)
             drifts = self.within.get(job.name, [1.0])
-            if not (self.results_dir / "smoke" / job.name).exists():
+            if not (self.results_dir / sweep / job.name).exists():
                 within = drifts.pop(0) if len(drifts) > 1 else drifts[0]
                 run_fixtures.write_job(self.results_dir, dataclasses.replace(job, within=within))
         return 0
@@ -221,26 +222,26 @@ def test_each_build_runs_before_the_sweeps_with_the_command_lines_datasets(tmp_p
     assert [s["step"] for s in record["steps"]] == ["models 1", "models 2", "sweep smoke"]
 
 
+class Stamping(FakeRunner):
+    """Runs stamped with the commit ``provenance.git_state`` gives, as the harness stamps them."""
+
+    def execute(self, argv: list[str]) -> int:
+        status = super().execute(argv)
+        for summary in self.results_dir.glob(f"*/*/{results.SUMMARY}"):
+            data = json.loads(summary.read_text())
+            if not data.get("git"):  # a run made now
+                data["git"] = {"commit": provenance.git_state()["commit"], "dirty": False}
+                summary.write_text(json.dumps(data))
+        return status
+
+
 @pytest.mark.usefixtures("unrasterized")
 def test_a_later_make_keeps_the_steps_of_the_makes_whose_runs_it_keeps(tmp_path, monkeypatch):
-    class Stamping(FakeRunner):
-        """Runs stamped with the commit they are made at, as the harness stamps them."""
-
-        def execute(self, argv: list[str]) -> int:
-            status = super().execute(argv)
-            for summary in (self.results_dir / "smoke").glob(f"*/{results.SUMMARY}"):
-                data = json.loads(summary.read_text())
-                if not data.get("git"):  # a run made now
-                    data["git"] = {"commit": self.commit, "dirty": False}
-                    summary.write_text(json.dumps(data))
-            return status
-
     def make(commit: str, remake: list[str]) -> tuple[list[tuple[str, str]], str]:
         monkeypatch.setattr(provenance, "git_state", lambda *_: {"commit": commit, "dirty": False})
         for job in remake:
             shutil.rmtree(tmp_path / "results" / "smoke" / job)
         fake = Stamping(tmp_path / "results", {})
-        fake.commit = commit
         report = runner.run(_study(), [], tmp_path / "results", tmp_path / "docs", step=fake)
         record = json.loads((report.parent / folder.STUDY_JSON).read_text())
         return [(s["step"], s["commit"][0]) for s in record["steps"]], report.read_text()
@@ -254,6 +255,45 @@ def test_a_later_make_keeps_the_steps_of_the_makes_whose_runs_it_keeps(tmp_path,
     steps, text = make(c, [SD, "cot-synth_easy-k0-c1-s0"])  # nothing of a or b is left
     assert steps == [("sweep smoke", "c")]
     assert f"at commit `{c[:12]}` from a clean tree" in text and "| sweep smoke | `" not in text
+
+
+@pytest.mark.usefixtures("unrasterized")
+def test_a_study_runs_only_the_sweeps_named_and_keeps_the_others_committed_runs(
+    tmp_path, monkeypatch
+):
+    smoke = _study().sweeps[0]
+    study = _study(sweeps=(smoke, dataclasses.replace(smoke, name="later")))
+    docs = tmp_path / "docs"
+    monkeypatch.setattr(provenance, "git_state", lambda *_: {"commit": "a" * 40, "dirty": False})
+    first = runner.run(study, [], tmp_path / "results", docs,
+                       step=Stamping(tmp_path / "results", {})).parent  # fmt: skip
+    committed = {p.relative_to(first): p.read_bytes() for p in (first / "raw" / "smoke").rglob("*")
+                 if p.is_file()}  # fmt: skip
+    # a new checkout at a later commit: no runs of its own, only the committed folder
+    monkeypatch.setattr(provenance, "git_state", lambda *_: {"commit": "b" * 40, "dirty": False})
+    fake = Stamping(tmp_path / "fresh", {})
+    again = runner.run(study, [], tmp_path / "fresh", docs, step=fake, only=("later",)).parent
+    assert [s.step for s in fake.steps] == ["sweep later"]
+    kept = {p.relative_to(again): p.read_bytes() for p in (again / "raw" / "smoke").rglob("*")
+            if p.is_file()}  # fmt: skip
+    assert kept == committed
+    record = folder.read_study(again)
+    assert sorted(record["raw"]["jobs"]) == sorted(f"{s}/{j}" for s in ("smoke", "later")
+                                                   for j in ("cot-synth_easy-k0-c1-s0", SD))  # fmt: skip
+    steps = [(s["step"], s["commit"][0]) for s in record["steps"]]
+    assert steps == [("sweep smoke", "a"), ("sweep later", "a"), ("sweep later", "b")]
+    with pytest.raises(config.StudyError, match=r"sweep smoke has no committed runs in .*name it"):
+        runner.run(study, [], tmp_path / "fresh", tmp_path / "elsewhere", step=fake,
+                   only=("later",))  # fmt: skip
+
+
+def test_a_sweep_the_study_lacks_is_named_with_the_ones_it_has():
+    study = _study()
+    assert config.check_only(study, "smoke") == ("smoke",)
+    with pytest.raises(
+        config.StudyError, match=r"sweeps=smoke,nope: no sweep nope \(study smoke has: smoke\)"
+    ):
+        config.check_only(study, "smoke,nope")
 
 
 @pytest.mark.usefixtures("unrasterized")
