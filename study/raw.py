@@ -73,7 +73,12 @@ def compact_run(job: Path, out: Path) -> int:
     (out / results.SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
     if (job / PREFLIGHT).is_file():
         shutil.copy2(job / PREFLIGHT, out / PREFLIGHT)
-    return sum(p.stat().st_size for p in out.iterdir())
+    return _bytes(out)
+
+
+def _bytes(run: Path) -> int:
+    """The bytes of a copied run's files."""
+    return sum(p.stat().st_size for p in run.iterdir())
 
 
 def copy_runs(
@@ -88,7 +93,7 @@ def copy_runs(
             if sweep in kept:
                 shutil.copytree(Path(raw_dir) / sweep, tmp / sweep)
                 for summary in sorted((tmp / sweep).glob(f"*/{results.SUMMARY}")):
-                    sizes.append(sum(p.stat().st_size for p in summary.parent.iterdir()))
+                    sizes.append(_bytes(summary.parent))
                     jobs.append(f"{sweep}/{summary.parent.name}")
                 continue
             source, target = Path(results_dir) / sweep, tmp / sweep
