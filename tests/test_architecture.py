@@ -331,8 +331,9 @@ def test_only_a_family_and_its_trainer_branch_on_a_method():
 
 
 def test_the_model_build_names_no_family():
-    """``train.build`` builds every trained family through its ``trained_by``: no method
-    name, nor a role or option named after one (``eagle3_cot``, ``cfg.eagle3``), in it."""
+    """``train.build`` builds every trained family through its ``trained_by``, and the train
+    config takes each trainer's own ``Settings``: no method name, nor a role or option named
+    after one (``eagle3_cot``, ``cfg.eagle3``), in either."""
     from harness import speculators
 
     def family_names(path: Path) -> list[str]:
@@ -353,6 +354,6 @@ def test_the_model_build_names_no_family():
             if word == method or word.startswith(f"{method}_")
         ]
 
-    found = family_names(ROOT / "train" / "build.py")
+    found = family_names(ROOT / "train" / "build.py") + family_names(ROOT / "train" / "config.py")
     assert not found, found
     assert family_names(ROOT / "train" / "eagle3.py")  # it sees them

@@ -17,12 +17,11 @@ from test_preflight import assert_replay_equals_vllm, estimate_and_measure
 from harness import speculators
 from harness.config import ConfigError, compose_config
 from harness.data import synth
-from train.config import Eagle3Settings
-from train.eagle3 import accuracy, new_head, target_features, train_head
+from train.eagle3 import Settings, accuracy, new_head, target_features, train_head
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = Eagle3Settings(max_steps=40, batch_size=4, learning_rate=3e-3, logging_steps=20)
+SETTINGS = Settings(max_steps=40, batch_size=4, learning_rate=3e-3, logging_steps=20)
 KS = (1, 2, 3)
 
 

@@ -12,21 +12,18 @@ an interrupted training run resumes; the steps: docs/EXPERIMENTS.md.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import speculators
 from harness.checks import command
 from harness.config import ConfigError, compose_config
 from harness.data import synth
 from harness.data.datasets import load_problems
 from harness.files import atomic_dir
 from harness.manifest import data_hash, digest, read_manifest
-from train.config import STYLES, TrainConfig, compose_train_config
+from train.config import STYLES, TrainConfig, compose_train_config, trainers
 from train.data import DataLeakError
 from train.gguf import SOURCES, convert
 from train.steps import Built, TrainedTarget, flat, read_jsonl, train_model
@@ -165,14 +162,6 @@ def scratch_bases(
     return bases[0], bases[1]
 
 
-def trainers() -> list[Callable[[TrainedTarget], dict[str, str]]]:
-    """The ``build`` of every trained family's trainer (its ``trained_by`` module), in the
-    registry's order; a family with no trainer (model-free, or checkpoints made elsewhere) is
-    not built here."""
-    families = speculators.FAMILIES.values()
-    return [importlib.import_module(f.trained_by).build for f in families if f.trained_by]
-
-
 def run(cfg: TrainConfig) -> dict[str, str]:
     """Build every model of the experiment; returns ``{role: directory}``."""
     reproducible_torch(cfg)
@@ -201,7 +190,7 @@ def run(cfg: TrainConfig) -> dict[str, str]:
         base_draft = _pretrained(exp.drafts["base"])
     built = {"target_base": base_target.path}
     built |= {"draft_base": base_draft.path} if base_draft else {}
-    builds = trainers()
+    builds = [trainer.build for trainer in trainers().values()]
     for style in cfg.styles:
         train_rows, val_rows = flat(sets[style]["train"]), flat(sets[style]["val"])
         target = train_model(

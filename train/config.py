@@ -8,11 +8,15 @@ fails when the config is composed; :func:`validate_train` checks the rest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import importlib
+from dataclasses import dataclass, field, make_dataclass
+from types import ModuleType
+from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from harness import speculators
 from harness.config import (
     CONF_DIR,
     DIFFICULTIES,
@@ -97,28 +101,9 @@ class DistilSettings:
 
 
 @dataclass
-class Eagle3Settings:
-    """EAGLE-3 heads of the trained targets, on their distilled answers (:mod:`train.eagle3`)."""
-
-    layers: int = 1  # decoder layers of the head
-    ttt_steps: int = 3  # draft steps unrolled per position in training (the training-time test)
-    layer_ids: list[int] | None = None  # the 3 target layers fused; null = low, middle, high
-    draft_vocab_size: int | None = None  # the target's most frequent answer tokens; null = all
-    answers: int | None = None  # train problems answered per style; null = distil.max_problems
-    # the folder the heads go into, as eagle3_<style> (heads of several recipes side by
-    # side); null = the experiment's models.drafts.eagle3_<style>
-    out_dir: str | None = None
-    max_steps: int = 300
-    batch_size: int = 8  # answers per step
-    learning_rate: float = 1.0e-3
-    max_length: int = 1024  # tokens of prompt + answer
-    logging_steps: int = 50
-    seed: int = 0
-
-
-@dataclass
 class TrainConfig:
-    """The whole pipeline: base models, LoRA targets, distilled drafts."""
+    """The whole pipeline: base models, LoRA targets, distilled drafts; each trained family's
+    section is added by :func:`train_schema`."""
 
     experiment: str = MISSING
     engine: EngineConfig = MISSING  # vLLM engine of the distillation runs
@@ -143,12 +128,31 @@ class TrainConfig:
     target: SFTSettings = field(default_factory=SFTSettings)  # give it a lora section
     draft: SFTSettings = field(default_factory=SFTSettings)
     distil: DistilSettings = field(default_factory=DistilSettings)
-    eagle3: Eagle3Settings | None = None  # null = no EAGLE-3 heads are built
+
+
+def trainers() -> dict[str, ModuleType]:
+    """Each trained family's trainer (its ``trained_by`` module) by method, in the registry's
+    order. A trainer has ``build(TrainedTarget)``, and may have ``Settings`` (its section of
+    the train config, named after its method; null = nothing built) with ``validate``."""
+    families = speculators.FAMILIES.values()
+    return {f.method: importlib.import_module(f.trained_by) for f in families if f.trained_by}
+
+
+def train_schema() -> type:
+    """``TrainConfig`` with each trainer's ``Settings`` as an optional section (null by default)."""
+    sections = [
+        (method, Optional[trainer.Settings], field(default=None))  # noqa: UP045 (OmegaConf)
+        for method, trainer in trainers().items()
+        if hasattr(trainer, "Settings")
+    ]
+    schema = make_dataclass("TrainConfig", sections, bases=(TrainConfig,))
+    schema.__module__, schema.__doc__ = TrainConfig.__module__, TrainConfig.__doc__
+    return schema
 
 
 def register_train_configs() -> None:
-    """Register the pipeline schema in Hydra's ConfigStore (idempotent)."""
-    ConfigStore.instance().store(group="train", name="train_schema", node=TrainConfig)
+    """Register the pipeline schema (:func:`train_schema`) in Hydra's ConfigStore."""
+    ConfigStore.instance().store(group="train", name="train_schema", node=train_schema())
 
 
 def experiments(stage: str) -> list[str]:
@@ -219,15 +223,10 @@ def validate_train(cfg: TrainConfig) -> None:
           "must be >= 1 or null")  # fmt: skip
     check(0 <= cfg.draft_last_layers <= (cfg.draft_layers or 0), "draft_last_layers",
           cfg.draft_last_layers, "must be between 0 and draft_layers")  # fmt: skip
-    if cfg.eagle3 is not None:
-        e = cfg.eagle3
-        check(e.layers >= 1, "eagle3.layers", e.layers, "must be >= 1")
-        check(e.ttt_steps >= 1, "eagle3.ttt_steps", e.ttt_steps, "must be >= 1")
-        check(e.max_steps >= 1, "eagle3.max_steps", e.max_steps, "must be >= 1")
-        check(e.layer_ids is None or len(set(e.layer_ids)) == 3, "eagle3.layer_ids", e.layer_ids,
-              "must be 3 distinct layers (vLLM's EAGLE-3 head fuses three)")  # fmt: skip
-        check(e.draft_vocab_size is None or e.draft_vocab_size >= 2, "eagle3.draft_vocab_size",
-              e.draft_vocab_size, "must be >= 2 or null")  # fmt: skip
+    for method, trainer in trainers().items():
+        section = getattr(cfg, method, None)
+        if section is not None:
+            trainer.validate(section)
     check(cfg.threads is None or cfg.threads >= 1, "threads", cfg.threads, "must be >= 1 or null")
     for style, counts in (cfg.scratch.pages if cfg.scratch else {}).items():
         check_choice("scratch.pages", style, STYLES)

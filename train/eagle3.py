@@ -15,13 +15,45 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config import ConfigError
+from harness.config import ConfigError, check
 from harness.files import atomic_dir
 from harness.manifest import Manifest, data_hash, weights_digest, write_manifest
 from harness.speculators.eagle3 import FAMILY
-from train.config import Eagle3Settings, TrainConfig
+from train.config import TrainConfig
 from train.distil import distilled
 from train.steps import Built, TrainedTarget, cached, flat
+
+
+@dataclass
+class Settings:
+    """The train config's ``eagle3`` section: heads of the trained targets, on their
+    distilled answers (null = no heads are built)."""
+
+    layers: int = 1  # decoder layers of the head
+    ttt_steps: int = 3  # draft steps unrolled per position in training (the training-time test)
+    layer_ids: list[int] | None = None  # the 3 target layers fused; null = low, middle, high
+    draft_vocab_size: int | None = None  # the target's most frequent answer tokens; null = all
+    answers: int | None = None  # train problems answered per style; null = distil.max_problems
+    # the folder the heads go into, as eagle3_<style> (heads of several recipes side by
+    # side); null = the experiment's models.drafts.eagle3_<style>
+    out_dir: str | None = None
+    max_steps: int = 300
+    batch_size: int = 8  # answers per step
+    learning_rate: float = 1.0e-3
+    max_length: int = 1024  # tokens of prompt + answer
+    logging_steps: int = 50
+    seed: int = 0
+
+
+def validate(e: Settings) -> None:
+    """Range checks of the ``eagle3`` section that types cannot express."""
+    check(e.layers >= 1, "eagle3.layers", e.layers, "must be >= 1")
+    check(e.ttt_steps >= 1, "eagle3.ttt_steps", e.ttt_steps, "must be >= 1")
+    check(e.max_steps >= 1, "eagle3.max_steps", e.max_steps, "must be >= 1")
+    check(e.layer_ids is None or len(set(e.layer_ids)) == 3, "eagle3.layer_ids", e.layer_ids,
+          "must be 3 distinct layers (vLLM's EAGLE-3 head fuses three)")  # fmt: skip
+    check(e.draft_vocab_size is None or e.draft_vocab_size >= 2, "eagle3.draft_vocab_size",
+          e.draft_vocab_size, "must be >= 2 or null")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -48,7 +80,7 @@ class HeadResult:
     train_seconds: float
 
 
-def layer_ids(num_layers: int, settings: Eagle3Settings) -> list[int]:
+def layer_ids(num_layers: int, settings: Settings) -> list[int]:
     """The three target layers whose inputs the head fuses (id ``i``: the input of layer
     ``i`` as vLLM counts, ``n``: the last layer's output): ``settings.layer_ids``, or low,
     middle and high as speculators picks them (``[2, n // 2, n - 3]``), spread over a
@@ -133,7 +165,7 @@ def pack(sequences: list[Sequence]) -> dict[str, Any]:
     }
 
 
-def new_head(target_dir: str, ids: list[int], settings: Eagle3Settings, vocab: tuple | None) -> Any:
+def new_head(target_dir: str, ids: list[int], settings: Settings, vocab: tuple | None) -> Any:
     """An untrained head for ``target_dir``: Llama decoder layers shaped like the target's,
     its embeddings, LM head and final norm copied from the target (kept frozen)."""
     from speculators.models.eagle3 import Eagle3DraftModel
@@ -192,7 +224,7 @@ def accuracy(head: Any, sequences: list[Sequence], ttt_steps: int) -> list[float
 
 
 def train_head(
-    target_dir: str, rows: list[dict], settings: Eagle3Settings, out_dir: str | Path
+    target_dir: str, rows: list[dict], settings: Settings, out_dir: str | Path
 ) -> HeadResult:
     """Train an EAGLE-3 head for ``target_dir`` on its own answers ``rows`` (prompt-completion
     chats) and save it to ``out_dir``; a tenth of the rows (at most 50) is held back to
