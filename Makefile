@@ -124,10 +124,17 @@ PLAN := $(filter plan=true,$(ARGS))
 
 # The report step reads the runs this sweep wrote: its results_dir and sweep name (from ARGS;
 # without ARGS, the default experiment's sweep).
+# Its last line says where the time went, from when make started (the sweep's own line splits
+# the sweep into requests, engine start-ups, calibration, sentinel and warm-up).
+STARTED := $(shell date +%s)
 sweep: install $(if $(PLAN),,models) ## run the default multirun sweep (override with ARGS="..."), calibrate its engines, then its report
-	$(PY) -m harness -m $(ARGS)
-	$(if $(PLAN),,$(PY) -m harness.sweep.calibrate $(ARGS))
-	$(if $(PLAN),,$(PY) -m reports $(REPORT_ARGS) $(or $(ARGS),experiment=$(EXPERIMENT)))
+	@set -e; ready=$$(date +%s); \
+	(set -x; $(PY) -m harness -m $(ARGS)); swept=$$(date +%s); \
+	$(if $(PLAN),exit 0;) \
+	(set -x; $(PY) -m harness.sweep.calibrate $(ARGS)); calibrated=$$(date +%s); \
+	(set -x; $(PY) -m reports $(REPORT_ARGS) $(or $(ARGS),experiment=$(EXPERIMENT))); done=$$(date +%s); \
+	echo "make sweep: $$((done - $(STARTED))) s: install and models $$((ready - $(STARTED))) s," \
+	  "sweep $$((swept - ready)) s, calibration $$((calibrated - swept)) s, report $$((done - calibrated)) s"
 
 # A serving sweep against a vLLM server: conf/serving/<experiment>.yaml's request rates,
 # <experiment>_batch.yaml's concurrencies (calibrated for the cost model), then the K

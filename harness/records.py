@@ -173,6 +173,8 @@ class RunSummary:
     # completed requests per second of ``wall_s`` (the report's goodput counts those
     # meeting an SLO, from the per-request times)
     request_throughput: float | None = field(default=None, kw_only=True)
+    # seconds the job spent in each phase (``harness.sweep.job.PHASES``), its instances summed
+    phases_s: dict[str, float] | None = field(default=None, kw_only=True)
 
     def to_row(self) -> dict[str, Any]:
         """The ``summary.json`` object; ``complete`` marks a fully written job."""

@@ -140,6 +140,15 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(basic):
         assert measured["units"] > 0 and measured["per_unit_s"] > 0
         assert rec["draft"] == (None if rec["k"] == 0 else draft)
 
+    # its last line: where the time went, summed over the runs this process wrote
+    assert f"where the time went: {len(JOBS) - len(visible)} runs in " in resumed.stdout
+    for name in JOBS:
+        phases = summaries[name]["phases_s"]
+        assert min(phases[p] for p in ("requests", "sentinel", "warm_up")) > 0, (name, phases)
+    starts = [summaries[n]["phases_s"]["start"] for n in (JOBS[0], JOBS[2])]
+    assert min(starts) > 1  # each the first job of its engines
+    assert summaries[JOBS[0]]["phases_s"]["calibration"] > 0  # its engine's first job
+
     # 3. re-run: every job is skipped and nothing is rewritten
     stamps = {n: (sweep / n / results.SUMMARY).stat().st_mtime_ns for n in JOBS}
     tic = time.perf_counter()
@@ -152,6 +161,7 @@ def test_killed_sweep_leaves_no_partial_job_then_resumes_and_skips(basic):
     ] == JOBS
     assert stamps == {n: (sweep / n / results.SUMMARY).stat().st_mtime_ns for n in JOBS}
     assert time.perf_counter() - tic < 60  # no engine started
+    assert "where the time went" not in again.stdout
 
     # 4. what the jobs wrote
     hashes = {}

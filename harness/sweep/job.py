@@ -9,8 +9,10 @@ the engine is reused across the jobs of a multirun), summarise (here) and save
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +100,7 @@ def summarize(
         command=provenance.command(),
         request_throughput=len(records) / wall_s if wall_s > 0 else None,
         reference=outcome.reference,
+        phases_s=outcome.phases_s,
     )
 
 
@@ -141,11 +144,22 @@ class Reference:
         return {"engine": self.engine, "k": self.k, "start_s": self.start_s, "end_s": self.end_s}
 
 
+@contextmanager
+def timed(phases_s: dict[str, float], phase: str) -> Iterator[None]:
+    """Add the seconds the block takes to ``phases_s[phase]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases_s[phase] = phases_s.get(phase, 0.0) + time.perf_counter() - start
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What one engine instance (a pair when interleaved) measured, or a job's instances
     together (:func:`combine`): records in problem order, seconds generating, the job
-    engine's counters and the records they cover, how it got its engines, the sentinel."""
+    engine's counters and the records they cover, how it got its engines, the sentinel, and
+    the seconds spent in each phase (:data:`PHASES`)."""
 
     records: list[RequestRecord]
     wall_s: float
@@ -153,6 +167,19 @@ class Outcome:
     counted: list[RequestRecord]
     started: Started
     reference: dict[str, Any] | None = None
+    phases_s: dict[str, float] = field(default_factory=dict)
+
+
+# A job's phases and what the sweep's last line calls them: the measured requests, its
+# engines or servers started (0 when reused), the in-job calibration, the drift sentinel at
+# both ends, and the warm-up.
+PHASES = {
+    "requests": "requests",
+    "start": "engine start-ups",
+    "calibration": "calibration",
+    "sentinel": "sentinel",
+    "warm_up": "warm-up",
+}
 
 
 def split(job: PreparedJob, n: int) -> list[PreparedJob]:
@@ -184,6 +211,7 @@ def combine(job: PreparedJob, parts: list[Outcome]) -> Outcome:
         counted=[r for p in kept for r in p.counted],
         started=Started(start_s, all(p.started.reused for p in parts), parts[-1].started.launches),
         reference=_reference([p.reference for p in parts]),
+        phases_s={k: sum(p.phases_s.get(k, 0.0) for p in parts) for k in PHASES},
     )
 
 
@@ -194,19 +222,26 @@ def _instance(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome
     live backend stops."""
     backend = backends.of(cfg)
     logs = results.sweep_dir(cfg) / results.SERVER_LOGS
-    got = backend.instance(cfg, job.specs, index, logs)
+    phases_s = dict.fromkeys(PHASES, 0.0)
+    with timed(phases_s, "start"):
+        got = backend.instance(cfg, job.specs, index, logs)
     (own, reused), baseline = got[0], (got[1][0] if len(got) > 1 else None)
     llm = backend.in_process(own)
     plain = None if baseline is None else backend.in_process(baseline)
     try:
-        for generator in (own, baseline)[: len(got)]:
-            warm_up(job, generator)
+        with timed(phases_s, "warm_up"):
+            for generator in (own, baseline)[: len(got)]:
+                warm_up(job, generator)
         if llm is not None and cfg.calibrate and index == 0:
-            calibrate.on_live_engine(cfg, job.spec, llm, plain)
+            with timed(phases_s, "calibration"):
+                calibrate.on_live_engine(cfg, job.spec, llm, plain)
         watched = own if baseline is None else baseline
-        sentinel = Reference(job, watched, backend.in_process(watched), cfg.sentinel_requests)
-        records, wall_s, counts = run(job, own, progress, baseline)
-        sentinel.end()
+        with timed(phases_s, "sentinel"):
+            sentinel = Reference(job, watched, backend.in_process(watched), cfg.sentinel_requests)
+        with timed(phases_s, "requests"):
+            records, wall_s, counts = run(job, own, progress, baseline)
+        with timed(phases_s, "sentinel"):
+            sentinel.end()
     except BaseException:
         live.clear()
         raise
@@ -215,7 +250,7 @@ def _instance(cfg: Any, job: PreparedJob, progress: bool, index: int) -> Outcome
     lost = backend.shares_counters and restarted
     started = Started(own.start_s, reused, backend.launches())
     counts = None if lost else counts
-    return Outcome(records, wall_s, counts, records, started, sentinel.to_row())
+    return Outcome(records, wall_s, counts, records, started, sentinel.to_row(), phases_s)
 
 
 def measure(cfg: Any, job: PreparedJob, progress: bool = True) -> Outcome:
@@ -307,6 +342,28 @@ def repeat_configs(cfg: Any) -> list[Any]:
     from omegaconf import OmegaConf
 
     return [OmegaConf.merge(cfg, {"seed": cfg.seed + r, "repeat": r}) for r in range(cfg.repeats)]
+
+
+def time_spent(cfgs: Sequence[Any], wall_s: float, since: float) -> str | None:
+    """One line on where a sweep's ``wall_s`` seconds went: each phase summed over the runs of
+    ``cfgs`` (each repeat) written at ``since`` (a Unix time) or later, the rest being
+    pre-checks, results and Hydra; None when no run was written."""
+    runs = []
+    for repeat in (r for cfg in cfgs for r in repeat_configs(cfg)):
+        job_dir = results.sweep_dir(repeat) / results.job_name(repeat)
+        summary = results.read_summary(job_dir)
+        fresh = summary is not None and (job_dir / results.SUMMARY).stat().st_mtime >= since
+        if fresh and summary.get("phases_s"):
+            runs.append(summary["phases_s"])
+    if not runs:
+        return None
+    spent = {name: sum(r.get(key, 0.0) for r in runs) for key, name in PHASES.items()}
+    parts = [f"{name} {s:.0f} s ({s / wall_s:.0%})" for name, s in spent.items()]
+    rest = wall_s - sum(spent.values())
+    return (
+        f"where the time went: {len(runs)} runs in {wall_s:.0f} s: {', '.join(parts)}, "
+        f"the rest {rest:.0f} s ({rest / wall_s:.0%}: pre-checks, results, Hydra)"
+    )
 
 
 def run_or_record_failure(

@@ -5,7 +5,8 @@ the planning logic is :func:`harness.sweep.sweeper.plan`. Selected by
 ``conf/hydra/sweeper/draftbench.yaml``. Every kept job is checked (models, tokenizers,
 prompt lengths), done or not, before the first one starts (``harness.sweep.job.check_sweep``,
 the job's own rule for done); bad input prints ``error: <message>`` and exits with status 2.
-With ``plan=true`` the plan is printed (``harness.sweep.plan``) and no job runs. When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
+With ``plan=true`` the plan is printed (``harness.sweep.plan``) and no job runs. A sweep
+that wrote runs ends with one line on where its time went (``harness.sweep.job.time_spent``). When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
 """
 
 from __future__ import annotations
@@ -58,14 +59,20 @@ class DraftbenchSweeper(BasicSweeper):
         return list(BasicSweeper.split_overrides_to_chunks(planned.jobs, max_batch_size))
 
     def sweep(self, arguments: list[str]) -> Any:
+        import time
         from pathlib import Path
 
         from harness.checks import exit_on_unwritable
-        from harness.sweep.job import FAILED
+        from harness.sweep.job import FAILED, RAN, time_spent
 
         assert self.config is not None
+        start = time.time()
         with exit_on_unwritable(Path(self.config.hydra.sweep.dir)):  # a full disk: one line
             returns = super().sweep(arguments)
+        ran = [r.cfg for batch in returns for r in batch if r.return_value == RAN]
+        spent = time_spent(ran, time.time() - start, since=start)
+        if spent:
+            print(spent)
         statuses = [r.return_value for batch in returns for r in batch]
         failed = statuses.count(FAILED)
         if failed:
