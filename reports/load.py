@@ -37,7 +37,7 @@ OPTIONAL = {
 }
 COLUMNS = tuple(f.name for f in results.request_schema() if f.name not in LEFT_ON_DISK)
 # summary keys that are dicts
-NESTED = ("config", "versions", "hardware", "spec", "git", "reference")
+NESTED = ("config", "versions", "hardware", "spec", "git", "reference", "phases_s")
 SEQUENTIAL = "sequential"  # the pairing of runs recorded before pairing existed
 OFFLINE = "offline"  # the backend of runs recorded before backends existed
 CLOSED_LOOP = 0.0  # the request_rate column of closed-loop runs (the harness's null)
@@ -171,9 +171,9 @@ def _read_job(job: Path) -> tuple[pa.Table, dict[str, Any]] | Skipped:
 
 
 def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
-    """One flat runs-table row: scalars as they are, ``versions``/``hardware``/``spec``
-    fields prefixed with their key (``spec_accepted_per_pos`` stays a list), and the
-    config's ``max_tokens``, ``pair_window`` and SLO bounds (``slo_ttft_ms``, ...)."""
+    """One flat runs-table row: scalars as they are, the fields of the other :data:`NESTED`
+    dicts prefixed with their key (``spec_accepted_per_pos`` stays a list), and the config's
+    ``max_tokens``, ``pair_window`` and SLO bounds (``slo_ttft_ms``, ...)."""
     row: dict[str, Any] = {k: v for k, v in summary.items() if k not in NESTED}
     for key in NESTED[1:]:
         for name, value in (summary.get(key) or {}).items():
