@@ -22,7 +22,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from reports import aggregate, plotting, theory
+from reports import aggregate, plotting, serving, theory
+from reports.load import CLOSED_LOOP, FIXED_K
 from reports.plotting import Shown
 from reports.theory_figures import fig_theory_best_k, fig_theory_cost, fig_theory_tokens
 
@@ -310,35 +311,39 @@ def fig_positions(t: ReportTables) -> Figure | None:
 
 
 def fig_speedup_vs_concurrency(t: ReportTables) -> Figure | None:
-    """TPOT speedup vs concurrency, where a sweep ran several concurrencies."""
-    rows = t.table[(t.table["k"] > 0) & (t.table["draft"] != "none")].dropna(
-        subset=["speedup_tpot"]
-    )
-    n = rows.groupby(["sweep_id", "variant", "dataset", "k"])["concurrency"].transform("nunique")
-    rows = rows[n > 1]
-    if rows.empty:
+    """Closed-loop TPOT speedup vs concurrency of each speculator configuration (K, K
+    schedule) run at two or more, across the report's sweeps where they ran different
+    concurrencies (:func:`reports.serving.by_concurrency`)."""
+    table = t.table
+    rows = table[(table["k"] > 0) & (table["draft"] != "none")
+                 & (table["request_rate"] == CLOSED_LOOP)].dropna(subset=["speedup_tpot"])  # fmt: skip
+    lines = serving.by_concurrency(rows, ["variant", "dataset", "k", "k_schedule"])
+    if not lines:
         return None
-    datasets = plotting.datasets(rows)
+    named = table["sweep_id"].nunique() > 1  # the sweeps behind each line, in its label
+    datasets = plotting.datasets(pd.concat([g for _, _, g in lines]))
     fig, axes = plotting.panels(len(datasets))
     for ax, (dataset, difficulty) in zip(axes[0], datasets, strict=True):
-        sub = rows[rows["dataset"] == dataset]
-        for k, by_k in sub.groupby("k", sort=True):
-            shade = 0.35 + 0.65 * k / sub["k"].max()
-            for label, style, g in plotting.traces(by_k, rows):
-                g = g.sort_values("concurrency")
-                ax.errorbar(
-                    g["concurrency"],
-                    g["speedup_tpot"],
-                    yerr=plotting.yerr(g, "speedup_tpot"),
-                    capsize=3,
-                    alpha=shade,
-                    label=f"{label} K={k}",
-                    **style,
-                )
+        mine = [line for line in lines if line[1][1] == dataset]
+        top = max(key[2] for _, key, _ in mine)
+        for i, (sweeps, (variant, _, k, ks), g) in enumerate(mine):
+            g = g.sort_values("concurrency")
+            label = f"{variant} K={k}" + ("" if ks == FIXED_K else f", K by batch {ks}")
+            ax.errorbar(
+                g["concurrency"] * 2 ** plotting.dodge(i, len(mine)),
+                g["speedup_tpot"],
+                yerr=plotting.yerr(g, "speedup_tpot"),
+                capsize=3,
+                alpha=0.35 + 0.65 * k / top,
+                color=plotting.color(variant),
+                marker=plotting.MARKERS[i % len(plotting.MARKERS)],
+                ls="-" if ks == FIXED_K else ":",
+                label=f"{label} ({sweeps})" if named else label,
+            )
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xscale("log", base=2)
-        levels = sorted(sub["concurrency"].unique())
-        ax.set_xticks(levels, [str(c) for c in levels])
+        levels = sorted(pd.concat([g for _, _, g in mine])["concurrency"].unique())
+        ax.set_xticks(levels, [f"{c:g}" for c in levels])
         ax.set_title(plotting.title(dataset, difficulty))
         ax.set_xlabel("concurrency (requests in flight)")
     plotting.ylabel(axes[0], "TPOT speedup (x, vs K = 0)")
@@ -498,9 +503,10 @@ REPORT_FIGURES: tuple[tuple[str, str, Callable[[ReportTables], Figure | None], s
     ),
     (
         "speedup_vs_concurrency",
-        "TPOT speedup against concurrency, where a sweep ran more than one concurrency.",
+        "Closed-loop TPOT speedup against concurrency, each K (or K schedule) across the "
+        "sweeps that ran it.",
         fig_speedup_vs_concurrency,
-        "no sweep ran more than one concurrency",
+        "no configuration ran closed loop at more than one concurrency",
     ),
     (
         "latency_cdf",

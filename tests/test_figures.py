@@ -208,3 +208,20 @@ def test_bars_of_one_variant_in_two_sweeps_are_told_apart(two_sweeps, fig):
     assert {"a/cot_sd", "b/cot_sd"} <= set(styles)
     assert len(set(styles.values())) == len(styles)
     plt.close("all")
+
+
+def test_speedup_vs_concurrency_draws_a_k_across_the_sweeps_that_ran_its_levels(tmp_path):
+    for sweep, levels in (("closed", (1, 4)), ("saturated", (16,))):
+        for c in levels:
+            for k in (0, 2):
+                job = run_fixtures.Job(sweep, V["cot_sd"] if k else V["cot"], "synth_easy",
+                                       "easy", k, concurrency=c, n_problems=20, server=True)  # fmt: skip
+                run_fixtures.write_job(tmp_path, job, run_fixtures.records(job))
+    t = tables.build_tables(load.load(tmp_path), n_boot=50)
+    (ax,) = figures.fig_speedup_vs_concurrency(t).axes[:1]
+    (bars,) = ax.containers
+    assert bars.get_label() == "cot_sd K=2 (closed, saturated)"
+    line = bars.lines[0]
+    assert np.allclose(line.get_xdata() / 2 ** plotting.dodge(0, 1), [1, 4, 16])
+    assert [tick.get_text() for tick in ax.get_xticklabels()] == ["1", "4", "16"]
+    plt.close("all")
