@@ -142,7 +142,7 @@ def flagged_runs(folder: Path) -> pd.DataFrame:
     for path in sorted(Path(folder).glob(f"{RAW}/*/*/{SUMMARY}")):
         summary = json.loads(path.read_text())
         drift = sentinel.drift(summary.get("reference"))
-        pairing = (summary.get("job") or {}).get("pairing")
+        pairing = summary.get("pairing")
         if not path.parent.name.startswith(".") and sentinel.is_flagged(drift, pairing):
             rows.append({key: _value(_or_absent(summary, key)) for key in RUN_KEYS})
     return pd.DataFrame(rows, columns=list(RUN_KEYS))
