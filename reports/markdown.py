@@ -561,10 +561,10 @@ def _outcome(r: pd.Series) -> str:
     return f"re-run {r['reruns']}x, " + ("kept flagged" if r["flagged"] else "replaced")
 
 
-def _flagged(runs: pd.DataFrame, reruns: Mapping[str, Any] | None) -> list[str]:
-    """Every run the drift sentinel flagged, its drift and what became of it
-    (``reports.sentinel.outcomes``); ``reruns``: a study's ``sentinel`` record."""
-    rows = sentinel.outcomes(runs, reruns)
+def _flagged(flagged: pd.DataFrame, reruns: Mapping[str, Any] | None) -> list[str]:
+    """Every run the drift sentinel flagged (``flagged``: now), its drift and what became of
+    it (``reports.sentinel.outcomes``); ``reruns``: a study's ``sentinel`` record."""
+    rows = sentinel.outcomes(flagged, reruns)
     limit = f" (re-runs allowed per run: {reruns['rerun_flagged']})" if reruns else ""
     bounds = (f"{sentinel.DRIFT_INTERLEAVED:.0%} (interleaved; its pairs cancel a smaller "
               f"drift) or {sentinel.DRIFT:.0%} (sequential)")  # fmt: skip
@@ -611,7 +611,7 @@ def report(
     record) and the ``made`` lines."""
     which = ", ".join(sweeps) if sweeps else "all sweeps"
     out = ["# draftbench report", "", *preface]
-    lead = [*(_figure(1, shown[0]) if shown else []), *_flagged(t.runs, reruns), *made]
+    lead = [*(_figure(1, shown[0]) if shown else []), *_flagged(t.flagged, reruns), *made]
     if t.table.empty and not t.whatif.empty:
         return "\n".join([*out, *lead, *_whatif(t.whatif), *_figures(shown[1:], 2),
                           *_skipped(t.skipped)])  # fmt: skip

@@ -92,14 +92,14 @@ def by_group(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return functools.reduce(lambda a, b: a.merge(b, on=keys), parts)
 
 
-def outcomes(runs: pd.DataFrame, record: Mapping[str, Any] | None) -> pd.DataFrame:
+def outcomes(now_flagged: pd.DataFrame, record: Mapping[str, Any] | None) -> pd.DataFrame:
     """Every run flagged at any point and what became of it: :data:`OUTCOMES` columns,
     ``drifts`` the drift of each attempt (the kept run's last), ``reruns`` how many times
-    it was run again, ``flagged`` whether the kept run is flagged by today's rule (a study
-    made under an earlier one may list runs it no longer flags). ``record`` is a study's
-    ``sentinel`` record (``study.json``: its re-runs); without one, runs flagged now were
-    not re-run."""
-    now = {(r["sweep_id"], r["run_id"]): r["drift"] for _, r in flagged(runs).iterrows()}
+    it was run again, ``flagged`` whether the kept run is among ``now_flagged`` (the runs
+    :func:`flagged` flags by today's rule; a study made under an earlier one may list runs
+    it no longer flags). ``record`` is a study's ``sentinel`` record (``study.json``: its
+    re-runs); without one, runs flagged now were not re-run."""
+    now = {(r["sweep_id"], r["run_id"]): r["drift"] for _, r in now_flagged.iterrows()}
     rows = {
         (r["sweep"], r["job"]): (
             list(r["drifts"]),

@@ -15,6 +15,7 @@ from reports import (
     hypotheses,
     load,
     rejections,
+    sentinel,
     serving,
     specbench,
     whatif,
@@ -28,6 +29,7 @@ class ReportTables:
     requests: pd.DataFrame
     runs: pd.DataFrame
     skipped: tuple[load.Skipped, ...]
+    flagged: pd.DataFrame  # sentinel.flagged: the runs it flags, what-if runs among them
     table: pd.DataFrame  # aggregate + serving.with_batch_sizes + fit.with_predictions, by group
     headline: pd.DataFrame  # aggregate.headline
     positions: pd.DataFrame  # aggregate.positions
@@ -58,7 +60,9 @@ def build_tables(
     slo: Mapping[str, float | None] | None = None,
 ) -> ReportTables:
     """Aggregate, fit and judge the loaded runs (goodput under each run's SLO, with the
-    bounds ``slo`` names in its place). What-if runs go to their own table alone."""
+    bounds ``slo`` names in its place). What-if runs go to their own table alone; the
+    sentinel judges every run."""
+    flagged = sentinel.flagged(results.runs)
     results, synthetic = whatif.split(results)
     req = results.requests
     runs = aggregate.with_goodput(req, aggregate.with_lossless(req, results.runs), slo)
@@ -73,6 +77,7 @@ def build_tables(
         requests=_with_series(req, multi),
         runs=runs,
         skipped=results.skipped,
+        flagged=flagged,
         table=_with_series(table, multi),
         headline=_with_series(aggregate.headline(table), multi),
         positions=_with_series(positions, multi),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -19,6 +20,9 @@ DOCS = [
     *((p, p.parent) for p in sorted((ROOT / "docs" / "results").glob("*/README.md"))
       if p.parent.name != "legacy"),
 ]  # fmt: skip
+
+
+STUDIES = sorted(p.parent for p in (ROOT / "docs" / "results").glob("*/study.json"))
 
 
 def _name(doc: tuple[Path, Path | None]) -> str:
@@ -102,6 +106,20 @@ def test_a_runs_drift_is_judged_at_its_own_pairings_bound():
     assert not between.empty  # such a run is there to be judged
     assert quotes.flagged_runs(study).empty
     assert f"{between['speedup_tpot'].iloc[0]:.3f}" not in quotes.flagged_numbers(study)
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
+def test_every_run_flagged_now_is_kept_flagged_in_its_reports_flag_table(study):
+    """Each run under ``raw/`` past its pairing's bound (what-if runs too, which the report's
+    other tables leave out) is a "kept flagged" row of REPORT.md's flag table."""
+    report = (study / "REPORT.md").read_text()
+    table = report.split("## Flagged runs", 1)[1].split("\n## ", 1)[0]
+    for path in sorted(study.glob("raw/*/*/summary.json")):
+        summary = json.loads(path.read_text())
+        if sentinel.is_flagged(sentinel.drift(summary.get("reference")), summary.get("pairing")):
+            row = f"| {path.parent.parent.name} | `{summary['run_id']}` |"
+            rows = [line for line in table.splitlines() if line.startswith(row)]
+            assert len(rows) == 1 and "kept flagged" in rows[0], (path, rows)
 
 
 @pytest.mark.parametrize(

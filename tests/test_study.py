@@ -350,7 +350,7 @@ def test_a_run_flagged_under_an_earlier_bound_is_listed_as_within_todays(tmp_pat
     record = {"rerun_flagged": 0,
               "reruns": [{"sweep": "smoke", "job": job.name, "drifts": [0.1], "flagged": True}]}  # fmt: skip
     run_fixtures.write_job(tmp_path, job)
-    rows = sentinel.outcomes(load.load(tmp_path).runs, record)
+    rows = sentinel.outcomes(sentinel.flagged(load.load(tmp_path).runs), record)
     assert rows[["run_id", "reruns", "flagged"]].values.tolist() == [[job.name, 0, False]]
     assert markdown._outcome(rows.iloc[0]) == "not re-run, within the bound now"
 
