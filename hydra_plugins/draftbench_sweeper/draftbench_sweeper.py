@@ -6,7 +6,8 @@ the planning logic is :func:`harness.sweep.sweeper.plan`. Selected by
 prompt lengths), done or not, before the first one starts (``harness.sweep.job.check_sweep``,
 the job's own rule for done); bad input prints ``error: <message>`` and exits with status 2.
 With ``plan=true`` the plan is printed (``harness.sweep.plan``) and no job runs. A sweep
-that wrote runs ends with one line on where its time went (``harness.sweep.job.time_spent``). When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
+that wrote runs ends with one line on where its time went (``harness.sweep.job.time_spent``).
+When jobs failed (see ``failures.jsonl``) the sweep exits with 1.
 """
 
 from __future__ import annotations
