@@ -72,7 +72,10 @@ def test_every_figure_with_data_is_drawn_and_not_blank(report):
 def test_a_figure_without_data_is_skipped_with_a_note(report):
     text = report.read_text()
     assert not (report.parent / "figures" / "speedup_vs_concurrency.png").exists()
-    assert "speedup vs concurrency**: skipped, no configuration ran closed loop at more than one concurrency" in text
+    assert (
+        "speedup vs concurrency**: skipped, no configuration ran closed loop at more than one concurrency"
+        in text
+    )
 
 
 def test_report_states_tables_hypotheses_environment_and_skips(report):

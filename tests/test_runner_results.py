@@ -27,7 +27,7 @@ SUMMARY_KEYS = {
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
     *("spec", "counter_mismatch", "repeat", "method", "draft_sample_method", "pairing"),
     *("reference", "backend", "request_rate", "k_schedule", "request_throughput"),
-    *("instances", "synthetic_acceptance_length"),
+    *("instances", "synthetic_acceptance_length", "phases_s"),
     *("run_key", "models", "dataset_digest", "git", "command"),  # provenance
 }
 
