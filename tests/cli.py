@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,12 @@ PRELOAD = ["torch", "scipy.stats", "harness.config", "harness.sweep.plan", "repo
 
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
+
+
+def ctrl_c_reaches() -> None:
+    """A ``preexec_fn`` giving the child SIGINT's default action: a shell's background job
+    starts with SIGINT ignored, which Python would keep, and Ctrl-C would never reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run(

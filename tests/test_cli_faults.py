@@ -276,15 +276,14 @@ def test_dataset_file_with_a_utf8_bom_loads(tmp_path):
 
 def start_harness(args: list[str]) -> subprocess.Popen:
     """``python -m harness args`` in its own session (a signal to its group reaches only it),
-    with SIGINT's default action: a shell's background job starts with SIGINT ignored,
-    which Python would keep, and Ctrl-C would never reach the harness."""
+    with SIGINT's default action (:func:`tests.cli.ctrl_c_reaches`)."""
     command = [sys.executable, "-m", "harness", *args]
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=cli.ctrl_c_reaches,
     )
 
 

@@ -90,15 +90,10 @@ except KeyboardInterrupt:
 """
 
 
-def _ctrl_c() -> None:
-    """SIGINT's default action in the child: a shell's background job starts with SIGINT
-    ignored, which Python would keep, and Ctrl-C would never reach the study."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_lets_the_step_stop_before_the_study_goes_on():
     proc = subprocess.Popen([sys.executable, "-c", STUDY], stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT, start_new_session=True, preexec_fn=_ctrl_c)  # fmt: skip
+                            cwd=ROOT, start_new_session=True,
+                            preexec_fn=cli.ctrl_c_reaches)  # fmt: skip
     try:
         assert proc.stdout.readline() == "step started\n"
         os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: its whole process group
@@ -116,7 +111,8 @@ def test_ctrl_c_during_a_study_is_the_harness_line_then_the_study_line(tiny_pair
                "allow_dirty=true", f"models.targets.cot={tiny_pair[0]}", f"results_dir={runs}"]  # fmt: skip
     with err.open("w") as stderr:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT,
-                                start_new_session=True, preexec_fn=_ctrl_c)  # fmt: skip
+                                start_new_session=True,
+                                preexec_fn=cli.ctrl_c_reaches)  # fmt: skip
         try:
             deadline = time.monotonic() + 300
             while not engine_core_started(proc.pid):  # the sweep step's engine starts
