@@ -248,13 +248,17 @@ def smollm2_spec(target: str, k: int) -> Any:
 
 def bench_latency(args: argparse.Namespace, spec: Any, out: Path) -> float:
     """Mean seconds per request of ``vllm bench latency`` (batch 1) with the spec's engine."""
+    from harness.backends.engine import MULTIPROCESSING
+
     argv = [
         "--model", spec.target, "--batch-size", "1",
         "--input-len", str(args.input_len), "--output-len", str(args.output_len),
         "--num-iters-warmup", str(args.latency_warmup), "--num-iters", str(args.latency_iters),
         "--output-json", str(out),
     ]  # fmt: skip
-    env = {**os.environ, **spec.env()}
+    # the engine arrangement draftbench's own engine of the spec has (engine.multiprocessing)
+    arrangement = {MULTIPROCESSING: "1" if spec.multiprocessing() else "0"}
+    env = {**os.environ, **spec.env(), **arrangement}
     payload = json.dumps([argv, spec.llm_kwargs()])
     subprocess.run(
         [sys.executable, "-c", BENCH_LATENCY, payload],

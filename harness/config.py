@@ -87,6 +87,11 @@ class EngineConfig:
     # VLLM_CPU_OMP_THREADS_BIND on CPU: the cores of the model's threads ("0-1", "1", ...);
     # None leaves vLLM's "auto" (docs/PAIRING.md measures placements)
     cpu_threads_bind: str | None = None
+    # VLLM_ENABLE_V1_MULTIPROCESSING of an offline engine: true (vLLM's default) gives it an
+    # engine core and a worker process of its own; false runs them in the harness's process
+    # (seconds to start, no busy-polling processes). A family that needs processes of its
+    # own (Speculator.needs_multiprocessing) and a server always get them
+    multiprocessing: bool = True
     max_num_seqs: int = 256
     enable_prefix_caching: bool = False
     gpu_memory_gb: float | None = None  # one GPU's memory, for the memory pre-flight

@@ -36,9 +36,9 @@ SERVER_LOGS = ".servers"  # the logs of the servers a sweep started (hidden: not
 # sentinel, not the job's requests.
 UNHASHED_KEYS = ("force", "calibrate", "plan", "results_dir", "sweep", "repeats", "repeat", "slo",
                  "tracking", "sentinel_requests")  # fmt: skip
-# keys added after runs were stored: hashed only when set away from this default, so a stored
-# run (which lacks the key) keeps its hash
-LATER_KEYS = {"pair_window": None}
+# keys (dotted paths) added after runs were stored: hashed only when set away from this
+# default, so a stored run (which lacks the key) keeps its hash
+LATER_KEYS = {"pair_window": None, "engine.multiprocessing": True}
 
 
 def arrow_type(hint: Any) -> Any:
@@ -129,13 +129,19 @@ def config_hash(cfg: Any) -> str:
 
 def config_digest(config: dict[str, Any]) -> str:
     """:func:`config_hash` of a resolved config (a stored run's ``config``)."""
-    return json_digest(
-        {
-            k: v
-            for k, v in config.items()
-            if k not in UNHASHED_KEYS and (k not in LATER_KEYS or v != LATER_KEYS[k])
-        }
-    )
+    hashed = {k: v for k, v in config.items() if k not in UNHASHED_KEYS}
+    for path, default in LATER_KEYS.items():
+        *parents, key = path.split(".")
+        group = hashed
+        for parent in parents:  # copied along the path: the caller's config stays as it was
+            if not isinstance(group.get(parent), dict):
+                break
+            group[parent] = dict(group[parent])
+            group = group[parent]
+        else:
+            if key in group and group[key] == default:
+                del group[key]
+    return json_digest(hashed)
 
 
 class IncompleteRun(Exception):

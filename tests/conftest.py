@@ -27,9 +27,6 @@ LONGEST = (
 )
 
 
-MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """Under xdist (`make test` runs two workers on a 2-core machine) each worker gets its
     share of the cores, for the engines and runs it starts and for its own torch:
@@ -50,10 +47,6 @@ def pytest_configure(config: pytest.Config) -> None:
     while the other finishes one."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
-    # vLLM's engines in the process that starts them: seconds to start where an engine core
-    # and a worker process of their own take half a minute (two more imports of torch and
-    # vLLM); the tests of what becomes of those processes ask for them (engine_processes)
-    os.environ.setdefault(MULTIPROCESSING, "0")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if worker is None or workers < 2:
@@ -88,21 +81,16 @@ LLVMLITE = "llvmlite.binding.ffi"
 
 
 @pytest.fixture(autouse=True)
-def _engine_processes(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[None]:
-    """Tests marked ``engine_processes`` start vLLM's engines as vLLM does by default: an
-    engine core and a worker process beside the process that asks for one. Any other test
-    that leaves llvmlite loaded in the test process (an ngram engine, in-process) fails here
-    by name; the later engines of its worker still fail, but the cause is named first."""
-    if request.node.get_closest_marker("engine_processes"):
-        monkeypatch.setenv(MULTIPROCESSING, "1")
+def _llvmlite_stays_out(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that leaves llvmlite loaded in the test process (an ngram engine started in
+    it) fails here by name; the later engines of its worker still fail, but the cause is
+    named first."""
     loaded = LLVMLITE in sys.modules
     yield
-    if not loaded and LLVMLITE in sys.modules and os.environ.get(MULTIPROCESSING) == "0":
+    if not loaded and LLVMLITE in sys.modules:
         pytest.fail(
             f"{request.node.nodeid} loaded {LLVMLITE} into the test process, which breaks "
-            "every later in-process vLLM engine there: mark it engine_processes"
+            "every later vLLM engine started in it (Speculator.needs_multiprocessing)"
         )
 
 
@@ -115,9 +103,10 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def tiny_overrides(tiny_pair, tmp_path) -> list[str]:
+def tiny_overrides(request: pytest.FixtureRequest, tiny_pair, tmp_path) -> list[str]:
     """Overrides for a short job on the tiny pair (variants cot / cot_sd), results in tmp_path,
-    one engine per job (``pairing=sequential``)."""
+    one engine per job (``pairing=sequential``); engines in processes of their own for the
+    tests marked ``engine_processes``."""
     target, draft = tiny_pair
     return [
         f"models.targets.cot={target}",
@@ -126,6 +115,11 @@ def tiny_overrides(tiny_pair, tmp_path) -> list[str]:
         "limit=3",
         "max_tokens=24",
         "pairing=sequential",  # one engine per job; the tests of pairing ask for interleaved
+        *(
+            ["engine.multiprocessing=true"]
+            if request.node.get_closest_marker("engine_processes")
+            else []
+        ),
     ]
 
 

@@ -124,13 +124,16 @@ def test_weights_whose_safetensors_header_does_not_read_are_bad_input(tiny_pair,
 
 
 @pytest.mark.slow
-def test_an_engine_that_fails_to_start_is_one_line_naming_vllms_root_cause(tiny_pair, tmp_path):
+@pytest.mark.parametrize("multiprocessing", ["true", "false"])
+def test_an_engine_that_fails_to_start_is_one_line_naming_vllms_root_cause(
+    tiny_pair, tmp_path, multiprocessing
+):
     target = tmp_path / "target"
     shutil.copytree(tiny_pair[0], target)
     weights = target / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a valid header
     proc = _harness(f"models.targets.cot={target}", f"results_dir={tmp_path / 'results'}",
-                    "variant=cot", *SHORT)  # fmt: skip
+                    "variant=cot", f"engine.multiprocessing={multiprocessing}", *SHORT)  # fmt: skip
     line = _error_line(proc, 1)
     cause = "SafetensorError: Error while deserializing header: incomplete metadata"
     assert line.startswith(f"error: vLLM could not start an engine of {target}: ") and cause in line

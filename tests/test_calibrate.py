@@ -140,6 +140,8 @@ def test_cache_key_changes_with_the_engine_and_the_model(tmp_path, monkeypatch):
     bound = EngineSpec.plain(str(model), {**SETTINGS, "cpu_threads_bind": "1"})
     assert bound.env()["VLLM_CPU_OMP_THREADS_BIND"] == "1"
     assert record.cache_key(record.Entry("m", None, 0, bound)) != key  # another placement
+    here = EngineSpec.plain(str(model), {**SETTINGS, "multiprocessing": False})
+    assert record.cache_key(record.Entry("m", None, 0, here)) != key  # in the harness's process
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")  # set in the shell: recorded, keyed
     assert provenance.hardware("cpu")["cpu_threads_bind"] == "0"
     assert record.cache_key(entry) != key

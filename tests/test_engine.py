@@ -200,7 +200,8 @@ def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
 @pytest.mark.engine_processes  # one engine of the pair stops while the other runs on
 def test_the_calibration_cli_times_an_interleaved_jobs_engine_beside_its_plain_one(overrides):
     measured: dict[int, list[dict]] = {}
-    for path in calibrate.run([*overrides, "variant=cot_sd", "spec.k=1", "sweep=window"]):
+    job = [*overrides, "variant=cot_sd", "spec.k=1", "sweep=window", "engine.multiprocessing=true"]
+    for path in calibrate.run(job):
         written = record.load(path)
         measured.setdefault(written["k"], []).append(written["measurements"]["1"])
     (spec,) = measured[1]

@@ -201,3 +201,18 @@ def test_plan_of_a_serving_sweep_shows_each_servers_command_and_its_rates(tmp_pa
     for rate in ("2", "4", "8", "16", "inf"):
         assert f"cot_sd-synth_easy-k3-c32-server-rps{rate}-s0-t0-n60" in out
     assert out.count("pairing: sequential") == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "where"),
+    [
+        (["variant=cot_sd", "spec.k=3"], "0 (in this process)"),
+        (["variant=cot_sd", "spec.k=3", "engine.multiprocessing=true"], "1 (processes of its own)"),
+        (["variant=cot_ngram", "spec.k=3"], "1 (processes of its own)"),  # loads llvmlite
+        (["variant=cot"], "0 (in this process)"),
+    ],
+)
+def test_plan_says_where_each_offline_engine_runs(overrides, where):
+    cfg = compose_config(overrides)
+    lines = spec_lines(EngineSpec.from_config(cfg), [cfg])
+    assert f"  env VLLM_ENABLE_V1_MULTIPROCESSING={where}" in lines

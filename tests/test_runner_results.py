@@ -115,6 +115,20 @@ def test_a_key_added_later_keeps_a_stored_runs_hash_until_it_is_set():
     assert results.config_hash(compose_config(["pair_window=4"])) != results.config_digest(stored)
 
 
+def test_a_nested_key_added_later_keeps_a_stored_runs_hash_at_its_default_only():
+    """A GPU run stored before ``engine.multiprocessing`` existed ran as ``true`` does; a CPU
+    run now runs its engines in the harness's process (``false``): another hash."""
+    gpu = results.resolved_config(compose_config(["engine=cuda"]))
+    stored = {**gpu, "engine": {k: v for k, v in gpu["engine"].items() if k != "multiprocessing"}}
+    assert gpu["engine"]["multiprocessing"] is True
+    assert results.config_digest(stored) == results.config_digest(gpu)
+    assert "multiprocessing" in gpu["engine"]  # the caller's config is left as it was
+    cpu = results.resolved_config(compose_config([]))
+    stored = {**cpu, "engine": {k: v for k, v in cpu["engine"].items() if k != "multiprocessing"}}
+    assert cpu["engine"]["multiprocessing"] is False
+    assert results.config_digest(stored) != results.config_digest(cpu)
+
+
 def test_written_job_is_done_only_for_its_run_key(tmp_path):
     job_dir = tmp_path / "s" / "job"
     job = _job()

@@ -40,12 +40,13 @@ def cluster(tmp_path_factory):
         subprocess.run([SCRIPT, "stop"], env=env, capture_output=True, text=True)
 
 
-def _sweep(cluster, tiny_pair, results_dir: Path, target: Path | None = None, slurm=True):
+def _sweep(cluster, tiny_pair, results_dir: Path, target: Path | None = None, slurm=True,
+           extra: tuple[str, ...] = ()):  # fmt: skip
     """The 4-job sweep (2 engine specs), through SLURM unless ``slurm`` is False."""
     draft = tiny_pair[1]
     command = [sys.executable, "-m", "harness", *GRID, f"models.targets.cot={target or tiny_pair[0]}",
                f"models.drafts.cot={draft}", f"results_dir={results_dir}",
-               *(KNOBS if slurm else [])]  # fmt: skip
+               *(KNOBS if slurm else []), *extra]  # fmt: skip
     return subprocess.Popen(command, env=cluster, cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
@@ -104,11 +105,11 @@ def test_a_sweep_through_sbatch_array_tasks_equals_the_local_sweep(cluster, tiny
 def test_a_cancelled_task_leaves_no_engine_and_the_same_command_resumes_it(
     cluster, tiny_pair, tmp_path
 ):
-    # engines in processes of their own, as by default: a task still starts its engine when
+    # engines in processes of their own, vLLM's default: a task still starts its engine when
     # cancelled (an in-process engine starts in seconds and the task could finish first),
     # and the processes checked for below exist
-    cluster = {**cluster, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    run = _sweep(cluster, tiny_pair, tmp_path)
+    own = ("engine.multiprocessing=true",)
+    run = _sweep(cluster, tiny_pair, tmp_path, extra=own)
     sweep = tmp_path / "tiny"
     try:
         running, deadline = None, time.monotonic() + 900
@@ -137,7 +138,7 @@ def test_a_cancelled_task_leaves_no_engine_and_the_same_command_resumes_it(
         time.sleep(1)
     assert _slurm_processes(job_id) == []  # no engine, worker or reaper left on the node
 
-    again = _finish(_sweep(cluster, tiny_pair, tmp_path))
+    again = _finish(_sweep(cluster, tiny_pair, tmp_path, extra=own))
     assert again[0] == 0, again[2][-3000:]
     assert {p: p.stat().st_mtime_ns for p in finished} == finished  # kept, not re-run
     assert len(list(sweep.glob(f"*/{results.SUMMARY}"))) == 4

@@ -65,7 +65,6 @@ def _rows(cfg) -> dict[str, dict]:
     return {row["problem_id"]: row for row in table.to_pylist()}
 
 
-@pytest.mark.engine_processes  # vLLM's ngram proposer loads llvmlite (tests/conftest.py)
 def test_ngram_speculation_on_smollm2_reproduces_plain_decoding(overrides):
     plain = compose_config([*overrides, "variant=base_cot", "calibrate=false"])  # ngram calibrates
     ngram = compose_config([*overrides, "variant=base_cot_ngram", "spec.k=2"])

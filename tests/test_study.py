@@ -108,7 +108,8 @@ def test_ctrl_c_lets_the_step_stop_before_the_study_goes_on():
 def test_ctrl_c_during_a_study_is_the_harness_line_then_the_study_line(tiny_pair, tmp_path):
     runs, err = tmp_path / "runs", tmp_path / "stderr"
     command = [sys.executable, "-m", "study", "--docs-dir", str(tmp_path / "docs"), "smoke",
-               "allow_dirty=true", f"models.targets.cot={tiny_pair[0]}", f"results_dir={runs}"]  # fmt: skip
+               "allow_dirty=true", f"models.targets.cot={tiny_pair[0]}", f"results_dir={runs}",
+               "engine.multiprocessing=true"]  # fmt: skip
     with err.open("w") as stderr:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT,
                                 start_new_session=True,

@@ -35,7 +35,10 @@ def distil_rows(
     from harness.backends import engine
     from harness.data.prompts import prompt_token_ids
 
-    spec = engine.EngineSpec.plain(str(Path(model_dir).resolve()), engine_settings)
+    # processes of its own: an engine in this process would rebind the torch threads that
+    # train the next model (vLLM's CPU worker sets them to its bound cores)
+    settings = {**engine_settings, "multiprocessing": True}
+    spec = engine.EngineSpec.plain(str(Path(model_dir).resolve()), settings)
     tokenizer = AutoTokenizer.from_pretrained(spec.target)
     prompts = [{"prompt_token_ids": prompt_token_ids(tokenizer, r["prompt"])} for r in rows]
     live, _ = engine.get(spec)

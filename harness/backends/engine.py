@@ -36,6 +36,7 @@ WARMUP_TOKENS = 8
 ENV = {"cpu_kvcache_space_gib": "VLLM_CPU_KVCACHE_SPACE",
        "cpu_threads_bind": "VLLM_CPU_OMP_THREADS_BIND"}  # fmt: skip
 _SHELL = {name: os.environ.get(name) for name in ENV.values()}  # what a spec leaves unset
+MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"  # 0: vLLM's engine in the calling process
 TAIL_LINES = 400  # the lines of an engine's start-up output searched for the cause of a failure
 DRAIN_S = 10.0  # how long a failed start's output may take to reach the harness
 
@@ -140,6 +141,12 @@ class EngineSpec:
             kwargs["per_request_spec_decode_metrics"] = SPEC_METRICS_LEVEL
         return kwargs
 
+    def multiprocessing(self) -> bool:
+        """Whether an offline engine of this spec runs in processes of its own
+        (``engine.multiprocessing``, or its family needs them)."""
+        needs = self.method is not None and speculators.get(self.method).needs_multiprocessing
+        return dict(self.settings).get("multiprocessing", True) or needs
+
     def env(self) -> dict[str, str]:
         """Environment variables the engine reads at start: on CPU the KV cache size in GiB
         and the cores its threads are bound to."""
@@ -191,6 +198,7 @@ def _start(spec: EngineSpec, _same: int = 0) -> Engine:
         else:
             os.environ[name] = value
     os.environ[reaper.OWN_GROUP_ENV] = "1"
+    os.environ[MULTIPROCESSING] = "1" if spec.multiprocessing() else "0"
     tic = time.perf_counter()
     before = reaper.descendants()
     watchdog = reaper.watch(reaper.tag(), before)  # before the engine's first process

@@ -37,7 +37,7 @@ import numpy as np
 from harness import metrics
 from harness.backends import arrivals, live, reaper
 from harness.backends.base import Backend, Generator
-from harness.backends.engine import ENV, EngineSpec, environment, failure_cause
+from harness.backends.engine import ENV, MULTIPROCESSING, EngineSpec, environment, failure_cause
 from harness.errors import BackendError, ConfigError
 from harness.files import key_digest
 from harness.records import Completion
@@ -52,9 +52,6 @@ LOG_LINES = 200  # the lines of a server's log searched for the cause of its exi
 
 class ServerError(BackendError):
     """A server that would not start, died, or answered a request with an error."""
-
-
-IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"  # 0: vLLM's engine in the calling process
 
 
 def server_args(spec: EngineSpec) -> list[str]:
@@ -400,7 +397,7 @@ def start(spec: EngineSpec, log: Path, timeout_s: float) -> Server:
     watchdog = reaper.watch(reaper.tag(), before)
     # with the tag; never an in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0), whose server
     # sends each answer as one chunk: no inter-token latencies to measure
-    dropped = {*ENV.values(), IN_PROCESS}
+    dropped = {*ENV.values(), MULTIPROCESSING}
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env |= {k: v for k, v in environment(spec).items() if v is not None}
     with log.open("a") as out:

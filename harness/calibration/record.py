@@ -66,6 +66,8 @@ def identity(entry: Entry) -> dict[str, Any]:
         "output_tokens": OUTPUT_TOKENS,
         "requests_per_slot": REQUESTS_PER_SLOT,
     }
+    if not spec.multiprocessing():  # earlier files timed engines in processes of their own
+        ident["multiprocessing"] = False
     if entry.k > 0:  # earlier files timed the job's baseline all before its engine, then
         # in three alternating rounds pooled
         ident["baseline"] = f"median ratio of {PAIRED_ROUNDS} alternating rounds"

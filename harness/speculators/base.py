@@ -24,6 +24,9 @@ class Speculator:
     drafts_every_step: ClassVar[bool] = True  # False: proposes only where it finds a match
     samples_drafts: ClassVar[bool] = True  # takes ``spec.draft_sample_method``
     timed_as_target: ClassVar[bool] = False  # its checkpoint is calibrated alone (its c)
+    # runs in processes of its own even where engines run in the harness's
+    # (``engine.multiprocessing=false``)
+    needs_multiprocessing: ClassVar[bool] = False
     unbuilt_layers: ClassVar[int | None] = None  # a checkpoint not built yet: target layers
     # the module of ``train/`` whose ``build`` makes its checkpoints in ``make models``
     # (its interface: ``train.steps``); None: model-free, or its checkpoints are made elsewhere

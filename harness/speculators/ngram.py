@@ -25,6 +25,9 @@ class Ngram(Speculator):
     loads_checkpoint = False
     drafts_every_step = False
     samples_drafts = False
+    # vLLM's proposer loads numba's llvmlite, after which no engine starts in that process
+    # (vLLM's kernel registration trips over llvmlite's module wrapper)
+    needs_multiprocessing = True
 
     def options(self, spec: Any) -> dict[str, Any]:
         return {
