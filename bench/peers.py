@@ -248,8 +248,6 @@ def smollm2_spec(target: str, k: int) -> Any:
 
 def bench_latency(args: argparse.Namespace, spec: Any, out: Path) -> float:
     """Mean seconds per request of ``vllm bench latency`` (batch 1) with the spec's engine."""
-    from harness.backends.engine import MULTIPROCESSING
-
     argv = [
         "--model", spec.target, "--batch-size", "1",
         "--input-len", str(args.input_len), "--output-len", str(args.output_len),
@@ -257,8 +255,7 @@ def bench_latency(args: argparse.Namespace, spec: Any, out: Path) -> float:
         "--output-json", str(out),
     ]  # fmt: skip
     # the engine arrangement draftbench's own engine of the spec has (engine.multiprocessing)
-    arrangement = {MULTIPROCESSING: "1" if spec.multiprocessing() else "0"}
-    env = {**os.environ, **spec.env(), **arrangement}
+    env = {**os.environ, **spec.env(), **spec.arrangement()}
     payload = json.dumps([argv, spec.llm_kwargs()])
     subprocess.run(
         [sys.executable, "-c", BENCH_LATENCY, payload],

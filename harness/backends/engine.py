@@ -147,6 +147,11 @@ class EngineSpec:
         needs = self.method is not None and speculators.get(self.method).needs_multiprocessing
         return dict(self.settings).get("multiprocessing", True) or needs
 
+    def arrangement(self) -> dict[str, str]:
+        """vLLM's switch for where an offline engine of this spec runs (never a server's:
+        see :meth:`multiprocessing`)."""
+        return {MULTIPROCESSING: "1" if self.multiprocessing() else "0"}
+
     def env(self) -> dict[str, str]:
         """Environment variables the engine reads at start: on CPU the KV cache size in GiB
         and the cores its threads are bound to."""
@@ -198,7 +203,7 @@ def _start(spec: EngineSpec, _same: int = 0) -> Engine:
         else:
             os.environ[name] = value
     os.environ[reaper.OWN_GROUP_ENV] = "1"
-    os.environ[MULTIPROCESSING] = "1" if spec.multiprocessing() else "0"
+    os.environ.update(spec.arrangement())
     tic = time.perf_counter()
     before = reaper.descendants()
     watchdog = reaper.watch(reaper.tag(), before)  # before the engine's first process

@@ -18,7 +18,7 @@ from harness import metrics
 from harness.backends import live
 from harness.backends.arrivals import Load
 from harness.backends.base import Backend, Generator
-from harness.backends.engine import MULTIPROCESSING, OFFLINE
+from harness.backends.engine import OFFLINE
 from harness.errors import ConfigError
 from harness.records import Completion
 
@@ -150,8 +150,9 @@ class Engines(Backend):
         """The engine's ``vllm.LLM`` keyword arguments and where it runs."""
         lines = ["  vllm.LLM("]
         lines += [f"      {key}={value!r}," for key, value in spec.llm_kwargs().items()]
-        where = "1 (processes of its own)" if spec.multiprocessing() else "0 (in this process)"
-        return [*lines, "  )", f"  env {MULTIPROCESSING}={where}"]
+        ((name, value),) = spec.arrangement().items()
+        where = "processes of its own" if value == "1" else "in this process"
+        return [*lines, "  )", f"  env {name}={value} ({where})"]
 
     def instance(
         self, cfg: Any, specs: tuple[Any, ...], index: int, logs: Path
