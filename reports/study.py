@@ -5,7 +5,8 @@ study``), ``study.json`` what made them (the study's config, commit and tree, ve
 hardware, each step's command, wall time and commit, the drift sentinel's re-runs, the raw
 data's size); ``REPORT.md`` (opening with the study's description, then how it was made after the
 flagged runs), ``aggregates.csv``, ``fits.csv``, ``whatif.csv`` and ``figures/`` are
-generated from both (:func:`write`). :func:`check` regenerates them elsewhere and lists every difference,
+generated from both (:func:`write`), and ``agreement.csv`` from ``raw/peers.csv`` when
+``bench/peers.py`` ran in the study. :func:`check` regenerates them elsewhere and lists every difference,
 and every number the hand-written ``README.md`` quotes that no table holds (:func:`unquoted`).
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from harness.results import SUMMARY
-from reports import markdown
+from reports import markdown, peers
 from reports.quotes import quoted, table_numbers
 from reports.report import make_report
 
@@ -32,7 +33,7 @@ STUDY_JSON = "study.json"
 RAW = "raw"  # the runs, <sweep>/<job>/ as the harness writes them
 README = "README.md"  # hand-written: quotes only numbers of the tables
 REPORT = "REPORT.md"
-TABLES = ("aggregates.csv", "fits.csv", "whatif.csv")
+TABLES = ("aggregates.csv", "fits.csv", "whatif.csv", peers.TABLE)
 FIGURES = "figures"
 # REPORT.md's link to docs/METRICS.md, relative to the folder's place: compared without it
 METRICS_LINK = re.compile(r"\]\([^)\s]*METRICS\.md\)")
@@ -106,14 +107,28 @@ def made(study: dict[str, Any]) -> list[str]:
 
 def write(study_dir: Path, out_dir: Path | None = None) -> Path:
     """Generate REPORT.md, the tables and the figures of ``study_dir`` from its raw runs
-    and ``study.json`` into ``out_dir`` (default: the study folder); return REPORT.md."""
+    (and ``raw/peers.csv``: the agreement table, :mod:`reports.peers`) and ``study.json``
+    into ``out_dir`` (default: the study folder); return REPORT.md."""
     study_dir = Path(study_dir)
+    out = Path(out_dir or study_dir)
     study = read_study(study_dir)
     options = study["report"]
+    opening = preface(study)
+    rounds = study_dir / RAW / peers.ROUNDS
+    (out / peers.TABLE).unlink(missing_ok=True)
+    if rounds.is_file():
+        table = peers.agreement(pd.read_csv(rounds))
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / peers.TABLE, index=False, float_format="%.6g")
+        opening += peers.section(table)
+    if not options["sweeps"]:  # a study of peers alone: no runs to aggregate or draw
+        path = out / REPORT
+        path.write_text("\n".join([*opening, *made(study)]))
+        return path
     return make_report(
-        study_dir / RAW, out_dir or study_dir, options["sweeps"], options["bootstrap"],
+        study_dir / RAW, out, options["sweeps"], options["bootstrap"],
         options["seed"], slo=options["slo"] or None, source=RAW, link_dir=study_dir,
-        preface=preface(study), made=made(study), reruns=study["sentinel"],
+        preface=opening, made=made(study), reruns=study["sentinel"],
     )  # fmt: skip
 
 

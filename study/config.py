@@ -1,6 +1,6 @@
 """A study is a config: ``conf/study/<name>.yaml`` names its sweeps (grid, fixed
 overrides, pairing, repeats), the steps around them (building the experiment's models,
-calibration, pre-flight), how often the drift sentinel may re-run a run, and its report's
+calibration, pre-flight, draftbench beside its peers), how often the drift sentinel may re-run a run, and its report's
 options. :func:`load` reads one and refuses unknown keys and bad values with one line."""
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ class Study:
     builds: tuple[tuple[str, ...], ...] = ((),)
     calibration: bool = True  # python -m harness.sweep.calibrate after each sweep
     preflight: tuple[Preflight, ...] = ()
+    # python -m bench.peers <peers> --csv <results_dir>/peers.csv after the sweeps (None: not run)
+    peers: tuple[str, ...] | None = None
     rerun_flagged: int = RERUN_FLAGGED
     bootstrap: int = 2000
     seed: int = 0
@@ -114,7 +116,7 @@ def load(name: str, conf_dir: Path = CONF) -> Study:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise StudyError(f"{path}: not YAML ({e})") from None
-    _keys(path.name, data, set(Study.__dataclass_fields__) - {"name"}, {"experiment", "sweeps"})
+    _keys(path.name, data, set(Study.__dataclass_fields__) - {"name"}, {"experiment"})
     sweeps = []
     for i, raw in enumerate(data.get("sweeps") or []):
         where = f"{path.name}: sweeps[{i}]"
@@ -133,8 +135,11 @@ def load(name: str, conf_dir: Path = CONF) -> Study:
         if "/" in sweep.name or sweep.name.startswith("."):
             raise StudyError(f"{where}: name={sweep.name} (a folder name)")
         sweeps.append(sweep)
-    if not sweeps:
-        raise StudyError(f"{path.name}: sweeps: name at least one")
+    peers = data.get("peers")
+    if peers is not None and not isinstance(peers, list):
+        raise StudyError(f"{path.name}: peers={peers} (a list of bench/peers.py options)")
+    if not sweeps and peers is None:
+        raise StudyError(f"{path.name}: sweeps: name at least one (or run peers)")
     if len({s.name for s in sweeps}) < len(sweeps):
         raise StudyError(f"{path.name}: sweeps: two share a name")
     steps = []
@@ -150,6 +155,7 @@ def load(name: str, conf_dir: Path = CONF) -> Study:
         builds=_builds(path.name, data.get("builds", [[]])),
         calibration=bool(data.get("calibration", True)),
         preflight=tuple(steps),
+        peers=None if peers is None else tuple(map(str, peers)),
         rerun_flagged=data.get("rerun_flagged", RERUN_FLAGGED),
         bootstrap=data.get("bootstrap", 2000),
         seed=data.get("seed", 0),

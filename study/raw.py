@@ -82,13 +82,19 @@ def _bytes(run: Path) -> int:
 
 
 def copy_runs(
-    results_dir: Path, sweeps: list[str], raw_dir: Path, kept: tuple[str, ...] = ()
+    results_dir: Path,
+    sweeps: list[str],
+    raw_dir: Path,
+    kept: tuple[str, ...] = (),
+    files: tuple[str, ...] = (),
 ) -> Copied:
     """Replace ``raw_dir`` with the complete runs of ``results_dir/<sweep>`` for each sweep
-    (partial ones are left out, as the report would), compacted (:func:`compact_run`); a
-    sweep in ``kept`` keeps its folder of ``raw_dir`` as it is."""
+    (partial ones are left out, as the report would), compacted (:func:`compact_run`), and
+    the ``files`` of ``results_dir``; a sweep or file in ``kept`` keeps ``raw_dir``'s."""
     sizes, jobs = [], []
     with atomic_dir(raw_dir) as tmp:
+        for name in files:
+            shutil.copy2(Path(raw_dir if name in kept else results_dir) / name, tmp / name)
         for sweep in sweeps:
             if sweep in kept:
                 shutil.copytree(Path(raw_dir) / sweep, tmp / sweep)

@@ -1,6 +1,6 @@
 """Running a study: its steps in order, each a command of its own (the models, each sweep,
-the drift sentinel's re-runs, calibration, pre-flight), then its folder
-``<docs_dir>/<name>/``: the raw runs (``study.raw``), ``study.json`` (what made them) and
+the drift sentinel's re-runs, calibration, pre-flight, draftbench beside its peers), then
+its folder ``<docs_dir>/<name>/``: the raw runs (``study.raw``), ``study.json`` (what made them) and
 the report generated from both (``reports.study.write``).
 
 A study refuses a dirty tree unless allowed (the report then says so at its top). The
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import provenance, results
-from reports import sentinel
+from reports import peers, sentinel
 from reports import study as folder
 from study import raw
 from study.config import Study, StudyError
@@ -175,9 +175,11 @@ def run(
     check_clean(git, allow_dirty)
     out = docs_dir / study.name
     kept = tuple(s.name for s in study.sweeps if only is not None and s.name not in only)
+    files = () if study.peers is None else (peers.ROUNDS,)
+    kept += files if only is not None else ()  # sweeps=A,B: the committed rounds stay
     earlier = folder.read_study(out) if (out / folder.STUDY_JSON).is_file() else None
     for name in kept:
-        if earlier is None or not (out / folder.RAW / name).is_dir():
+        if earlier is None or not (out / folder.RAW / name).exists():
             raise StudyError(
                 f"sweeps={','.join(only or ())}: sweep {name} has no committed runs in "
                 f"{out / folder.RAW} to keep (name it too)"
@@ -212,7 +214,10 @@ def run(
             "--draft",
             p.draft,
         )
-    copied = raw.copy_runs(results_dir, [s.name for s in study.sweeps], out / folder.RAW, kept)
+    if files and peers.ROUNDS not in kept:
+        step("peers", "bench.peers", *study.peers, "--csv", str(results_dir / peers.ROUNDS))
+    names = [s.name for s in study.sweeps]
+    copied = raw.copy_runs(results_dir, names, out / folder.RAW, kept, files)
     steps = [{**asdict(s), "commit": git["commit"]} for s in step.steps]
     record = {
         "name": study.name,

@@ -19,7 +19,7 @@ import pytest
 from test_reaper import engine_core_started
 
 from harness import provenance, results
-from reports import load, markdown, sentinel
+from reports import load, markdown, peers, sentinel
 from reports import study as folder
 from study import config, raw, runner
 from tests import cli, run_fixtures
@@ -38,7 +38,20 @@ def test_an_unknown_study_lists_the_known_ones():
 @pytest.mark.parametrize("name", config.known())
 def test_every_committed_study_config_loads(name):
     study = config.load(name)
-    assert study.sweeps and study.rerun_flagged >= 0 and study.bootstrap >= 10
+    assert study.sweeps or study.peers is not None
+    assert study.rerun_flagged >= 0 and study.bootstrap >= 10
+
+
+def test_peers_are_a_list_of_options_and_a_study_may_run_them_alone(tmp_path):
+    (tmp_path / "alone.yaml").write_text("experiment: smollm2\npeers: [--parts, serve]\n")
+    alone = config.load("alone", tmp_path)
+    assert alone.peers == ("--parts", "serve") and alone.sweeps == ()
+    (tmp_path / "bad.yaml").write_text("experiment: tiny\npeers: serve\n")
+    with pytest.raises(config.StudyError, match=r"bad.yaml: peers=serve \(a list of bench"):
+        config.load("bad", tmp_path)
+    (tmp_path / "empty.yaml").write_text("experiment: tiny\n")
+    with pytest.raises(config.StudyError, match=r"name at least one \(or run peers\)"):
+        config.load("empty", tmp_path)
 
 
 def test_a_study_config_with_an_unknown_key_is_one_line(tmp_path):
@@ -288,6 +301,41 @@ def test_a_study_runs_only_the_sweeps_named_and_keeps_the_others_committed_runs(
     with pytest.raises(config.StudyError, match=r"sweep smoke has no committed runs in .*name it"):
         runner.run(study, [], tmp_path / "fresh", tmp_path / "elsewhere", step=fake,
                    only=("later",))  # fmt: skip
+
+
+class Peering(Stamping):
+    """The peers step writes two rounds of one comparison to the ``--csv`` it is given."""
+
+    def execute(self, argv: list[str]) -> int:
+        if argv[1:3] != ["-m", "bench.peers"]:
+            return super().execute(argv)
+        rounds = [peers.Round("vllm bench serve TPOT", "m", 0, "2 req/s", i, 50.0 + i, 50.0,
+                              "ms", peers.SERVE_BOUND) for i in (1, 2)]  # fmt: skip
+        peers.write_rounds(rounds, Path(argv[argv.index("--csv") + 1]))
+        return 0
+
+
+@pytest.mark.usefixtures("unrasterized")
+def test_the_peers_step_runs_after_the_sweeps_and_its_table_regenerates(tmp_path, monkeypatch):
+    monkeypatch.setattr(provenance, "git_state", lambda *_: {"commit": "a" * 40, "dirty": False})
+    study = _study(peers=("--parts", "serve"))
+    fake = Peering(tmp_path / "results", {})
+    out = runner.run(study, [], tmp_path / "results", tmp_path / "docs", step=fake).parent
+    assert [s.step for s in fake.steps] == ["sweep smoke", "peers"]
+    assert fake.steps[1].command.endswith(f"--parts serve --csv {tmp_path}/results/peers.csv")
+    committed = (out / folder.RAW / peers.ROUNDS).read_bytes()
+    assert committed == (tmp_path / "results" / peers.ROUNDS).read_bytes()
+    report = (out / folder.REPORT).read_text()
+    assert "## draftbench beside its peers" in report
+    assert "| vllm bench serve TPOT | `m` | 0 | 2 req/s | 2 |" in report
+    ratio = pd.read_csv(out / peers.TABLE)["ratio"].iloc[0]  # written to 6 digits
+    assert ratio == pytest.approx((51 * 52) ** 0.5 / 50, rel=1e-5)
+    assert folder.check(out) == []
+    # sweeps=smoke runs that sweep alone: the committed rounds stay as they are
+    again = Peering(tmp_path / "fresh", {})
+    runner.run(study, [], tmp_path / "fresh", tmp_path / "docs", step=again, only=("smoke",))
+    assert [s.step for s in again.steps] == ["sweep smoke"]
+    assert (out / folder.RAW / peers.ROUNDS).read_bytes() == committed
 
 
 def test_a_sweep_the_study_lacks_is_named_with_the_ones_it_has():
