@@ -59,9 +59,10 @@ EXEMPT = {
     r"`[^`\n]*`": "a code span is a command or a configuration value (`spec.k=3`)",
     r"(?i:python|vllm|torch|cuda|version)\s*(?:>=\s*)?\d+(?:\.\d+)+": "a version",
     r"(?i:sec|thm|eq|fig)\.\s*\d+(?:\.\d+)*": "a section, theorem or equation number",
-    r"95%(?=\s+(?:BCa|bootstrap|CI|interval))": "the intervals' confidence level",
+    r"95%(?=\s+(?:BCa|bootstrap|CI|t\s+interval|interval))": "the intervals' confidence level",
     r"every\s+\d+(?:\.\d+)?\s?s\b": "a polling interval of the code (`POLL_S`, `LOG_INTERVAL_S`)",
-    r"\[0\.95, 1\.05\]": "the band PEERS.md sets for draftbench's ratios to vLLM's own tools",
+    r"within\s+[35]%\s+of\s+1": "the bounds of draftbench's ratios to vLLM's own tools "
+    "(reports/peers.py LATENCY_BOUND, SERVE_BOUND)",
     r"within\s+10%": "the cost model's hit window (reports/fit.py and reports/whatif.py WITHIN)",
 }
 

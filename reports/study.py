@@ -6,8 +6,9 @@ hardware, each step's command, wall time and commit, the drift sentinel's re-run
 data's size); ``REPORT.md`` (opening with the study's description, then how it was made after the
 flagged runs), ``aggregates.csv``, ``fits.csv``, ``whatif.csv`` and ``figures/`` are
 generated from both (:func:`write`), and ``agreement.csv`` from ``raw/peers.csv`` when
-``bench/peers.py`` ran in the study. :func:`check` regenerates them elsewhere and lists every difference,
-and every number the hand-written ``README.md`` quotes that no table holds (:func:`unquoted`).
+``bench/peers.py`` ran in the study. :func:`check` regenerates them elsewhere and lists
+every difference, and every number the hand-written ``README.md`` quotes that no table
+holds (:func:`unquoted`).
 """
 
 from __future__ import annotations
@@ -92,6 +93,14 @@ def made(study: dict[str, Any]) -> list[str]:
     passes = steps["commit"].nunique() if "commit" in steps else 1
     if passes > 1:  # earlier makes' steps, whose runs or calibrations the study keeps
         columns.insert(1, ("commit", lambda r: f"`{r['commit'][:12]}`"))
+    kept = []
+    if raw["runs"]:
+        kept += [f"Raw data: `{RAW}/`, {raw['runs']} runs, {_size(raw['bytes'])} "
+                 f"({_size(raw['bytes'] / raw['runs'])} per run on average, the largest "
+                 f"{_size(raw['largest_bytes'])}); {raw['compaction']}.", ""]  # fmt: skip
+    if study["config"].get("peers") is not None:
+        kept += [f"`{RAW}/{peers.ROUNDS}`: every round of the peers step (`bench/peers.py "
+                 "--csv`).", ""]  # fmt: skip
     at = f"at commit {commit}"
     if passes > 1:
         at = f"at {passes} commits (each step's in the table), the last {commit},"
@@ -99,10 +108,7 @@ def made(study: dict[str, Any]) -> list[str]:
             f"Made by `{study['command']}` {at} from {tree}, started "
             f"{study['started']}, on {hw.get('cpu')} ({', '.join(filter(None, machine))}) "
             f"with vLLM {ver.get('vllm')}, torch {ver.get('torch')}.", "",
-            markdown.table(steps, columns), "",
-            f"Raw data: `{RAW}/`, {raw['runs']} runs, {_size(raw['bytes'])} "
-            f"({_size(raw['bytes'] / max(raw['runs'], 1))} per run on average, the largest "
-            f"{_size(raw['largest_bytes'])}); {raw['compaction']}.", ""]  # fmt: skip
+            markdown.table(steps, columns), "", *kept]  # fmt: skip
 
 
 def write(study_dir: Path, out_dir: Path | None = None) -> Path:

@@ -1,7 +1,7 @@
 """A study is a config: ``conf/study/<name>.yaml`` names its sweeps (grid, fixed
 overrides, pairing, repeats), the steps around them (building the experiment's models,
-calibration, pre-flight, draftbench beside its peers), how often the drift sentinel may re-run a run, and its report's
-options. :func:`load` reads one and refuses unknown keys and bad values with one line."""
+calibration, pre-flight, draftbench beside its peers), how often the drift sentinel may
+re-run a run, and its report's options. :func:`load` reads one and refuses unknown keys and bad values with one line."""
 
 from __future__ import annotations
 

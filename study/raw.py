@@ -3,7 +3,8 @@ harness's ``<sweep>/<job>/`` layout, compacted.
 
 Each complete run keeps ``summary.json``, ``requests.parquet`` without the
 :data:`DROPPED` columns (nothing in the report reads them) and zstd-compressed, and its
-``preflight.json``; each sweep its ``.calibration/`` files and ``failures.jsonl``. The
+``preflight.json``; each sweep its ``.calibration/`` files and ``failures.jsonl``; the
+peers step's rounds are ``peers.csv``. The
 copied summary records the compacted table's sha256 as ``requests_sha256`` (so
 ``harness.results.complete_summary`` checks the copy truthfully) and, under
 ``compacted``, what was dropped and the original table's sha256.

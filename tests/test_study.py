@@ -328,6 +328,7 @@ def test_the_peers_step_runs_after_the_sweeps_and_its_table_regenerates(tmp_path
     report = (out / folder.REPORT).read_text()
     assert "## draftbench beside its peers" in report
     assert "| vllm bench serve TPOT | `m` | 0 | 2 req/s | 2 |" in report
+    assert "`raw/peers.csv`: every round of the peers step" in report
     ratio = pd.read_csv(out / peers.TABLE)["ratio"].iloc[0]  # written to 6 digits
     assert ratio == pytest.approx((51 * 52) ** 0.5 / 50, rel=1e-5)
     assert folder.check(out) == []
