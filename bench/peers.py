@@ -272,13 +272,17 @@ def bench_latency(args: argparse.Namespace, spec: Any, out: Path) -> float:
     # the engine arrangement draftbench's own engine of the spec has (engine.multiprocessing)
     env = {**os.environ, **spec.env(), **spec.arrangement()}
     payload = json.dumps([argv, spec.llm_kwargs()])
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", BENCH_LATENCY, payload],
-        check=True,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    if done.returncode:
+        raise RuntimeError(
+            f"vllm bench latency exited with {done.returncode}: {done.stderr[-2000:]}"
+        )
     return json.loads(out.read_text())["avg_latency"]
 
 
@@ -485,8 +489,11 @@ def main(args: argparse.Namespace) -> None:
         rates = [float(r) for r in args.serve_rates.split(",")]
     except ValueError:
         raise ConfigError(f"--serve-rates={args.serve_rates}: a comma list of requests/s") from None
-    if any(not r > 0 for r in rates):
-        raise ConfigError(f"--serve-rates={args.serve_rates}: every rate above 0")
+    if any(not r > 0 for r in rates) or len({f"{r:g}" for r in rates}) < len(rates):
+        raise ConfigError(f"--serve-rates={args.serve_rates}: distinct rates above 0")
+    for option in ("rounds", "latency_rounds", "serve_rounds"):
+        if getattr(args, option) < 1:
+            raise ConfigError(f"--{option.replace('_', '-')}={getattr(args, option)}: at least 1")
     smollm2 = args.smollm2 or str(ROOT / compose_config(["experiment=smollm2"]).models.targets.base)
     if parts - {"hf"}:  # the latency and serve parts run on SmolLM2
         if not args.smollm2 and not Path(smollm2).is_dir():
@@ -495,6 +502,12 @@ def main(args: argparse.Namespace) -> None:
                 "experiment=smollm2` makes it (or --smollm2 DIR names another target)"
             )
         check_model_dir("--smollm2", smollm2)
+        if "latency" in parts and (vocab := ids_below(smollm2)) < IDS_BELOW:
+            raise ConfigError(
+                f"--smollm2={smollm2}: {vocab} tokens; vllm bench latency sends prompt ids "
+                f"below {IDS_BELOW}, so the latency part needs a vocabulary that large "
+                "(--parts serve runs on this model)"
+            )
     rounds: list[Round] = []
     with tempfile.TemporaryDirectory() as tmp:
         if "hf" in parts:

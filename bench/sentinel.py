@@ -48,8 +48,8 @@ POINT = 10  # bootstrap replicates where only the point estimate is read
 
 
 def studies(results: Path) -> list[Path]:
-    """The study folders under ``results`` with raw runs."""
-    return sorted(p.parent for p in results.glob("*/raw") if p.is_dir())
+    """The study folders under ``results`` with raw runs (a study of peers alone has none)."""
+    return sorted({p.parents[3] for p in results.glob("*/raw/*/*/summary.json")})
 
 
 def _halves(df: pd.DataFrame) -> pd.DataFrame:

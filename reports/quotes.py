@@ -157,7 +157,7 @@ def flagged_numbers(folder: Path) -> set[str]:
     for csv in sorted(Path(folder).glob("*.csv")):
         table = pd.read_csv(csv)
         keys = [key for key in RUN_KEYS if key in table]
-        if runs.empty or not keys:
+        if runs.empty or "sweep_id" not in keys:  # not a table of runs (peers' agreement)
             others |= _forms(table)
             continue
         mine = table[keys].map(_value).apply(tuple, axis=1)

@@ -7,12 +7,12 @@
 
 Checks every override against each sweep first (as ``python -m harness -m`` would: bad
 input is one line, exit 2, before any step), then builds the models it lacks, runs (or
-resumes) its sweeps, re-runs the runs the drift sentinel flags, calibrates and runs
-pre-flight as the study says, then writes
-``docs/results/NAME/``: ``raw/`` (the runs, compacted), ``study.json`` (provenance and the
-wall time and commit of each step, an earlier make's kept where its runs are) and
-REPORT.md, ``aggregates.csv``, ``fits.csv``, ``figures/`` (``python -m reports --check
-docs/results/NAME`` regenerates and compares them).
+resumes) its sweeps, re-runs the runs the drift sentinel flags, calibrates, runs
+pre-flight and draftbench beside its peers as the study says, then writes
+``docs/results/NAME/``: ``raw/`` (the runs, compacted; the peers step's rounds), ``study.json``
+(provenance and the wall time and commit of each step, an earlier make's kept where its
+runs are) and REPORT.md with the tables and figures its runs give (``python -m reports
+--check docs/results/NAME`` regenerates and compares them).
 """
 
 from __future__ import annotations

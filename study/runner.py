@@ -4,7 +4,8 @@ its folder ``<docs_dir>/<name>/``: the raw runs (``study.raw``), ``study.json`` 
 the report generated from both (``reports.study.write``).
 
 A study refuses a dirty tree unless allowed (the report then says so at its top). The
-harness resumes what exists, so running a study again runs only what is missing; the
+harness resumes what exists, so running a study again runs only what is missing (the
+peers step, which keeps nothing to resume, runs whole unless ``sweeps=`` names sweeps); the
 step table keeps an earlier make's steps at each commit that made a run or a calibration
 still in the study (each step records its commit: :func:`earlier_steps`). After a
 sweep, a run whose sentinel moved more than its pairing's ``reports.sentinel.threshold`` is
@@ -176,7 +177,8 @@ def run(
     out = docs_dir / study.name
     kept = tuple(s.name for s in study.sweeps if only is not None and s.name not in only)
     files = () if study.peers is None else (peers.ROUNDS,)
-    kept += files if only is not None else ()  # sweeps=A,B: the committed rounds stay
+    if only is not None and (out / folder.RAW / peers.ROUNDS).is_file():
+        kept += files  # sweeps=A,B: the committed rounds stay (none yet: the step runs)
     earlier = folder.read_study(out) if (out / folder.STUDY_JSON).is_file() else None
     for name in kept:
         if earlier is None or not (out / folder.RAW / name).exists():
@@ -229,7 +231,7 @@ def run(
         "versions": provenance.versions(),
         "hardware": provenance.hardware("cuda" if _has_gpu() else "cpu"),
         "started": started,
-        "steps": [*earlier_steps(earlier, raw.commits(out / folder.RAW)), *steps],
+        "steps": [*earlier_steps(earlier, raw.commits(out / folder.RAW), kept), *steps],
         "sentinel": {"rerun_flagged": limit, "reruns": reruns},
         "raw": copied.to_row(),
         "report": {
@@ -243,15 +245,18 @@ def run(
     return folder.write(out)
 
 
-def earlier_steps(earlier: dict[str, Any] | None, commits: set[str]) -> list[dict[str, Any]]:
+def earlier_steps(
+    earlier: dict[str, Any] | None, commits: set[str], kept: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
     """The steps of an earlier make (its ``study.json``, or None) made at one of ``commits``
-    (those of the runs and calibrations kept), each with its commit (a record from before
-    steps had one: the make's)."""
+    (those of the runs and calibrations kept), and its peers step when its rounds are
+    ``kept``, each with its commit (a record from before steps had one: the make's)."""
     if earlier is None:
         return []
     made_at = earlier["git"].get("commit")
     steps = [{**s, "commit": s.get("commit", made_at)} for s in earlier["steps"]]
-    return [s for s in steps if s["commit"] in commits]
+    peers_kept = peers.ROUNDS in kept
+    return [s for s in steps if s["commit"] in commits or (peers_kept and s["step"] == "peers")]
 
 
 def _has_gpu() -> bool:
