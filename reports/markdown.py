@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness import metrics
 from harness.backends import streamed
-from reports import aggregate, hypotheses, sentinel, theory, whatif
+from reports import aggregate, hypotheses, sentinel, serving, theory, whatif
 from reports.plotting import Shown
 
 if TYPE_CHECKING:
@@ -194,6 +194,13 @@ CROSSOVER: list[Column] = [
     ("predicted crossover", lambda r: _predicted(r, "predicted_crossover", _rate_or_more)),
 ]
 
+ONE_CHUNK: list[Column] = [
+    ("sweep", _col("sweep_id")),
+    ("run", lambda r: f"`{r['run_id']}`"),
+    ("outputs in one chunk (own side)", lambda r: num(r["one_chunk"], 2)),
+    ("outputs in one chunk (plain side)", lambda r: num(r["pair_one_chunk"], 2)),
+]
+
 
 def _rate_or_more(x: object, digits: int = 2) -> str:
     """A crossover load's end; a NaN end lies past the loads run."""
@@ -254,10 +261,11 @@ def _schedules(schedules: pd.DataFrame, checks: pd.DataFrame) -> list[str]:
     return out
 
 
-def _serving(rows: pd.DataFrame, cross: pd.DataFrame) -> list[str]:
-    """The server backend's groups by request rate, and where speculation stops paying."""
+def _serving(rows: pd.DataFrame, cross: pd.DataFrame, whole: pd.DataFrame) -> list[str]:
+    """The server backend's groups by request rate, where speculation stops paying, and the
+    runs whose outputs reached the client in one chunk."""
     rows = rows[rows["request_rate"] != 0] if not rows.empty else rows
-    if rows.empty and cross.empty:
+    if rows.empty and cross.empty and whole.empty:
         return []
     out = ["## Serving under load", ""]
     if not rows.empty:
@@ -281,6 +289,13 @@ def _serving(rows: pd.DataFrame, cross: pd.DataFrame) -> list[str]:
                 "between the loads run (the lowest load when it is below 1 there), with the "
                 "same along the acceptance CI's ends in brackets:", "",
                 table(cross, CROSSOVER), ""]  # fmt: skip
+    if not whole.empty:
+        out += [f"**Outputs in one chunk.** In these runs more than {serving.ONE_CHUNK:.0%} of "
+                "a side's outputs reached the client as a single streamed chunk (TTFT = e2e, "
+                "more than one token): the server sent them in a burst, so their TPOT "
+                "(e2e - TTFT over the tokens after the first) reads 0 and measures nothing, "
+                "and the run's TPOT speedup does not measure decoding; its e2e times do.", "",
+                table(whole, ONE_CHUNK), ""]  # fmt: skip
     return out
 
 
@@ -666,7 +681,7 @@ def report(
         table(t.fits, FITS) if not t.fits.empty else "No speculative runs to fit.",
         "",
         *_along(t.table),
-        *_serving(t.serving, t.crossovers),
+        *_serving(t.serving, t.crossovers, t.one_chunk),
         *_schedules(t.schedules, t.schedule_checks),
         *_whatif(t.whatif),
         *_figures(shown[1:], 2),

@@ -1,6 +1,7 @@
 """Speculation under load: the batch sizes the server ran, the server backend's groups by
-request rate, the load at which speculation stops paying (measured and predicted), and a K
-schedule by batch size to deploy.
+request rate, the load at which speculation stops paying (measured and predicted), a K
+schedule by batch size to deploy, and the runs whose streamed outputs reached the client
+in one chunk (where the client's TPOT measures nothing).
 
 A group's speedup at a request rate pairs it with the K = 0 group at the same rate
 (``reports.aggregate``); the crossover of a speculative configuration reads those
@@ -24,6 +25,7 @@ from reports.load import CLOSED_LOOP, FIXED_K
 
 CONFIGURATION = ["sweep_id", "variant", "dataset", "k", "concurrency"]
 BATCH = ("batch_size", "baseline_batch_size")  # the columns :func:`with_batch_sizes` adds
+ONE_CHUNK = 0.10  # a run's share of outputs in one chunk past which :func:`one_chunk` names it
 
 
 def in_decode(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -308,3 +310,20 @@ def schedule_checks(table: pd.DataFrame) -> pd.DataFrame:
             **{f"fixed_{s}": np.nan if best is None else best[s] for s in speedup},
         })  # fmt: skip
     return pd.DataFrame(out, columns=columns).sort_values([*SCHEDULED, "concurrency"])
+
+
+def one_chunk(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per server run, the share of its outputs (more than one token) whose first streamed
+    chunk was also their last (TTFT = e2e: their TPOT reads 0), on its own side and on its
+    paired plain side; the runs past :data:`ONE_CHUNK` on either side."""
+    req = requests[(requests["backend"] == "server") & (requests["output_tokens"] > 1)]
+    if req.empty:
+        return pd.DataFrame(columns=[*CONFIGURATION, "run_id", "one_chunk", "pair_one_chunk"])
+    paired = req["pair_e2e_s"].notna()
+    plain = (req["pair_ttft_s"] >= req["pair_e2e_s"]).astype(float).where(paired)
+    whole = req.assign(one_chunk=(req["ttft_s"] >= req["e2e_s"]).astype(float),
+                       pair_one_chunk=plain)  # fmt: skip
+    keys = [*CONFIGURATION, "run_id"]
+    shares = whole.groupby(keys, dropna=False)[["one_chunk", "pair_one_chunk"]].mean()
+    past = (shares["one_chunk"] > ONE_CHUNK) | (shares["pair_one_chunk"] > ONE_CHUNK)
+    return shares[past].reset_index()

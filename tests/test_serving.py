@@ -1,5 +1,6 @@
 """The K schedule by batch size: its ranges, its recommendation from the cost model's
-predictions, its check against the best fixed K, and the schedule in an engine spec."""
+predictions, its check against the best fixed K, and the schedule in an engine spec; the
+server runs whose outputs reached the client in one chunk."""
 
 from __future__ import annotations
 
@@ -275,3 +276,24 @@ def test_offline_rows_keep_their_prediction_at_their_concurrency(tmp_path):
     )
     spec = alone[alone["k"] == 2].iloc[0]
     assert spec["t_step_s"] == pytest.approx(run_fixtures.step_time(offline[1]))
+
+
+def test_a_server_run_whose_outputs_came_in_one_chunk_is_named_with_each_sides_share():
+    def run(run_id: str, backend: str, own: list[float], plain: list[float], tokens=50):
+        n = len(own)
+        return pd.DataFrame({
+            "sweep_id": "s", "variant": "cot", "dataset": "synth_easy", "k": 0,
+            "concurrency": 1, "run_id": run_id, "backend": backend, "output_tokens": tokens,
+            "e2e_s": [0.2] * n, "ttft_s": own, "pair_e2e_s": [0.2] * n, "pair_ttft_s": plain,
+        })  # fmt: skip
+
+    requests = pd.concat([
+        run("bursts", "server", [0.01] * 4, [0.2, 0.01, 0.01, 0.01]),  # 1 of 4 on the plain side
+        run("smooth", "server", [0.01] * 4, [0.01] * 4),
+        run("offline", "offline", [0.2] * 4, [0.2] * 4),  # no stream to burst
+        run("one token", "server", [0.2] * 4, [0.2] * 4, tokens=1),  # TTFT = e2e by definition
+    ])  # fmt: skip
+    named = serving.one_chunk(requests)
+    assert list(named["run_id"]) == ["bursts"]
+    assert named["one_chunk"].iloc[0] == 0 and named["pair_one_chunk"].iloc[0] == 0.25
+    assert serving.one_chunk(requests[requests["run_id"] == "smooth"]).empty
