@@ -478,9 +478,14 @@ def model_name(path: str) -> str:
     return os.path.relpath(path, ROOT) if Path(path).is_relative_to(ROOT) else path
 
 
-def main(args: argparse.Namespace) -> None:
-    from harness.checks import check_model_dir
-    from harness.config import ConfigError, compose_config
+def check_args(args: argparse.Namespace) -> tuple[set[str], list[float]]:
+    """The parts and serve rates ``args`` name.
+
+    Raises:
+        harness.errors.ConfigError: an unknown part, a bad or repeated rate, a round count
+            below 1.
+    """
+    from harness.config import ConfigError
 
     parts = set(args.parts.split(","))
     if not parts or parts - {"hf", "latency", "serve"}:
@@ -494,6 +499,14 @@ def main(args: argparse.Namespace) -> None:
     for option in ("rounds", "latency_rounds", "serve_rounds"):
         if getattr(args, option) < 1:
             raise ConfigError(f"--{option.replace('_', '-')}={getattr(args, option)}: at least 1")
+    return parts, rates
+
+
+def main(args: argparse.Namespace) -> None:
+    from harness.checks import check_model_dir
+    from harness.config import ConfigError, compose_config
+
+    parts, rates = check_args(args)
     smollm2 = args.smollm2 or str(ROOT / compose_config(["experiment=smollm2"]).models.targets.base)
     if parts - {"hf"}:  # the latency and serve parts run on SmolLM2
         if not args.smollm2 and not Path(smollm2).is_dir():

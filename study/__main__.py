@@ -98,6 +98,7 @@ def main(args: argparse.Namespace) -> int:
     results_dir = Path(mine.get("results_dir") or RESULTS_DIR / study.name)
     only = config.check_only(study, mine["sweeps"]) if "sweeps" in mine else None
     config.check_sweeps(study, harness, results_dir)
+    config.check_peers(study)
     said = shlex.join(["python", "-m", "study", study.name, *args.overrides])
     try:
         path = run(study, harness, results_dir, args.docs_dir, allow_dirty, limit, said,

@@ -187,6 +187,31 @@ def check_sweeps(study: Study, extra: list[str], results_dir: Path) -> None:
         plan([(job, compose_config([o for o in job if not o.startswith("hydra")])) for job in jobs])
 
 
+def check_peers(study: Study) -> None:
+    """The study's ``peers`` options as ``bench/peers.py`` reads them, before any step.
+
+    Raises:
+        StudyError: an unknown option or a bad value, one line.
+    """
+    if study.peers is None:
+        return
+    import argparse
+
+    from bench.peers import add_cli_args, check_args
+    from harness.errors import ConfigError
+
+    parser = argparse.ArgumentParser(prog="bench/peers.py", exit_on_error=False, add_help=False)
+    add_cli_args(parser)
+    where = f"{study.name}.yaml: peers"
+    try:
+        args, unknown = parser.parse_known_args(list(study.peers))
+        if unknown:
+            raise StudyError(f"{where}: unknown option {unknown[0]} (bench/peers.py --help)")
+        check_args(args)
+    except (argparse.ArgumentError, ConfigError) as e:
+        raise StudyError(f"{where}: {e}") from None
+
+
 def _builds(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
     """``builds``: a list of override lists, each one ``python -m train.build`` step."""
     if not isinstance(value, list) or not all(isinstance(b, list) for b in value):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,6 +53,22 @@ def test_peers_are_a_list_of_options_and_a_study_may_run_them_alone(tmp_path):
     (tmp_path / "empty.yaml").write_text("experiment: tiny\n")
     with pytest.raises(config.StudyError, match=r"name at least one \(or run peers\)"):
         config.load("empty", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("options", "line"),
+    [
+        (["--rates", "2"], "peers: unknown option --rates"),
+        (["--serve-rates", "2,0"], "peers: --serve-rates=2,0: distinct rates above 0"),
+        (["--latency-rounds", "many"], "peers: argument --latency-rounds: invalid int value"),
+        (["--parts", "serve,hf,bench"], "peers: --parts=serve,hf,bench: a comma list of"),
+    ],
+)
+def test_bad_peers_options_are_one_line_before_any_step(options, line):
+    config.check_peers(config.load("peers"))  # the committed study's options pass
+    bad = dataclasses.replace(config.load("peers"), peers=tuple(options))
+    with pytest.raises(config.StudyError, match=re.escape(line)):
+        config.check_peers(bad)
 
 
 def test_a_study_config_with_an_unknown_key_is_one_line(tmp_path):
