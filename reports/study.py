@@ -98,7 +98,7 @@ def made(study: dict[str, Any]) -> list[str]:
         kept += [f"Raw data: `{RAW}/`, {raw['runs']} runs, {_size(raw['bytes'])} "
                  f"({_size(raw['bytes'] / raw['runs'])} per run on average, the largest "
                  f"{_size(raw['largest_bytes'])}); {raw['compaction']}.", ""]  # fmt: skip
-    if study["config"].get("peers") is not None:
+    if study.get("config", {}).get("peers") is not None:
         kept += [f"`{RAW}/{peers.ROUNDS}`: every round of the peers step (`bench/peers.py "
                  "--csv`).", ""]  # fmt: skip
     at = f"at commit {commit}"
