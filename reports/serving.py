@@ -316,7 +316,8 @@ def one_chunk(requests: pd.DataFrame) -> pd.DataFrame:
     """Per server run, the share of its outputs (more than one token) whose first streamed
     chunk was also their last (TTFT = e2e: their TPOT reads 0), on its own side and on its
     paired plain side; the runs past :data:`ONE_CHUNK` on either side."""
-    req = requests[requests["backend"].map(streamed) & (requests["output_tokens"] > 1)]
+    served = requests["backend"].map(streamed).astype(bool)  # an empty arrow column maps to str
+    req = requests[served & (requests["output_tokens"] > 1)]
     if req.empty:
         return pd.DataFrame(columns=[*CONFIGURATION, "run_id", "one_chunk", "pair_one_chunk"])
     paired = req["pair_e2e_s"].notna()

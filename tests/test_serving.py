@@ -297,3 +297,6 @@ def test_a_server_run_whose_outputs_came_in_one_chunk_is_named_with_each_sides_s
     assert list(named["run_id"]) == ["bursts"]
     assert named["one_chunk"].iloc[0] == 0 and named["pair_one_chunk"].iloc[0] == 0.25
     assert serving.one_chunk(requests[requests["run_id"] == "smooth"]).empty
+    arrow = requests.astype({"backend": "string[pyarrow]"})  # as reports.load reads it
+    assert list(serving.one_chunk(arrow)["run_id"]) == ["bursts"]
+    assert serving.one_chunk(arrow.iloc[:0]).empty  # every run split off (what-if runs alone)
