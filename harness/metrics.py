@@ -48,11 +48,12 @@ class SpecCounts:
         }
 
 
-def tpot(e2e_s: float, ttft_s: float, output_tokens: int) -> float | None:
-    """Time per output token after the first (s/token); None for outputs of < 2 tokens."""
+def tpot(decode_s: float, output_tokens: int) -> float | None:
+    """Time per output token after the first (s/token) from the seconds between the first
+    and the last; None for outputs of < 2 tokens."""
     if output_tokens < 2:
         return None
-    return (e2e_s - ttft_s) / (output_tokens - 1)
+    return decode_s / (output_tokens - 1)
 
 
 def acceptance_rate(accepted: int, drafted: int) -> float | None:

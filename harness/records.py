@@ -57,6 +57,9 @@ class Completion:
     finish_reason: str | None
     ttft_s: float
     e2e_s: float
+    # from the first output token to the last on the engine's own clock (a server's
+    # per-request metrics; the client's clock only where a server reports none)
+    decode_s: float
     sent_s: float | None = None  # when it was sent, from the first send of its batch
     itl_s: tuple[float, ...] | None = None  # gaps between streamed chunks (server backend)
     # vLLM's per-request speculative metrics (None without speculation): verify steps by

@@ -314,7 +314,7 @@ def schedule_checks(table: pd.DataFrame) -> pd.DataFrame:
 
 def one_chunk(requests: pd.DataFrame) -> pd.DataFrame:
     """Per server run, the share of its outputs (more than one token) whose first streamed
-    chunk was also their last (TTFT = e2e: their TPOT reads 0), on its own side and on its
+    chunk was also their last (TTFT = e2e: the client saw a burst), on its own side and on its
     paired plain side; the runs past :data:`ONE_CHUNK` on either side."""
     served = requests["backend"].map(streamed).astype(bool)  # an empty arrow column maps to str
     req = requests[served & (requests["output_tokens"] > 1)]

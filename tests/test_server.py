@@ -109,8 +109,23 @@ def test_an_interleaved_server_job_pairs_each_request_with_the_plain_targets_ser
     assert sent[0] < sent[1] < sent[2] and sent[3] < sent[2]
 
 
+def _decode_seconds(url: str) -> float:
+    """The server's summed decode seconds of finished requests (its Prometheus histogram)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:request_decode_time_seconds_sum")
+    )
+
+
 def test_a_paused_server_spends_nothing_answers_once_resumed_and_stops(overrides, tmp_path):
-    """A side of a pair out of its window is paused: every process of its session stopped."""
+    """A side of a pair out of its window is paused: every process of its session stopped.
+    Resumed, it answers, and the answer's decode interval is the engine's own (the one its
+    metrics count), not the client's."""
     from vllm import SamplingParams  # here: the file's import would slow every collection
 
     cfg = compose_config([*overrides, "backend=server"])
@@ -126,9 +141,17 @@ def test_a_paused_server_spends_nothing_answers_once_resumed_and_stops(overrides
         theirs.resume()
         assert psutil.STATUS_STOPPED not in {p.status() for p in processes}
         answered = []
+        decoded = _decode_seconds(theirs.url)
         params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
         theirs.generate([[5, 6, 7]], params, arrivals.Load(1), lambda i, c: answered.append(c))
         assert len(answered[0].token_ids) == 4
+        # the metrics are recorded as the answer goes out: wait for them to count it
+        deadline = time.monotonic() + 10
+        while (
+            engine := _decode_seconds(theirs.url) - decoded
+        ) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine > 0 and answered[0].decode_s == pytest.approx(engine, abs=1e-6)
         theirs.pause()
     finally:
         server.stop(theirs)  # paused: it is continued, then stopped

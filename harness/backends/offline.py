@@ -67,12 +67,12 @@ def generate(
                 submit()
 
 
-def latencies(output: Any) -> tuple[float, float]:
-    """(TTFT, e2e) seconds of one finished ``vllm.RequestOutput``, both from its arrival."""
+def latencies(output: Any) -> tuple[float, float, float]:
+    """(TTFT, e2e, decode) seconds of one finished ``vllm.RequestOutput``: TTFT and e2e
+    from its arrival, decode from its first output token to its last."""
     stats = output.metrics
-    return stats.first_token_latency, stats.first_token_latency + (
-        stats.last_token_ts - stats.first_token_ts
-    )
+    decode = stats.last_token_ts - stats.first_token_ts
+    return stats.first_token_latency, stats.first_token_latency + decode, decode
 
 
 def _tuple(values: Sequence[int] | None) -> tuple[int, ...] | None:
@@ -82,7 +82,7 @@ def _tuple(values: Sequence[int] | None) -> tuple[int, ...] | None:
 def completion_of(output: Any) -> Completion:
     """The :class:`Completion` of one finished ``vllm.RequestOutput``."""
     completion = output.outputs[0]
-    ttft, e2e = latencies(output)
+    ttft, e2e, decode = latencies(output)
     spec = completion.spec_decode_metrics
     return Completion(
         token_ids=tuple(completion.token_ids),
@@ -90,6 +90,7 @@ def completion_of(output: Any) -> Completion:
         finish_reason=completion.finish_reason,
         ttft_s=ttft,
         e2e_s=e2e,
+        decode_s=decode,
         histogram=_tuple(spec.histogram) if spec else None,
         num_draft_tokens=spec.num_draft_tokens if spec else None,
         per_step_accepted=_tuple(spec.per_step_accepted) if spec else None,

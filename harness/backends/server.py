@@ -60,7 +60,8 @@ def server_args(spec: EngineSpec) -> list[str]:
     ``--speculative-config '{...}'``)."""
     kwargs = spec.llm_kwargs()
     del kwargs["disable_log_stats"]  # off by default in the server, and a flag without --no-
-    args = []
+    # each answer's engine-side timings (its decode interval: Completion.decode_s)
+    args = ["--enable-per-request-metrics"]
     for key, value in kwargs.items():
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):
@@ -222,7 +223,7 @@ class Server:
         ids: list[int] = []
         texts: list[str] = []
         stamps: list[float] = []
-        finish, spec = None, None
+        finish, spec, decode_ms = None, None, None
         tic = time.perf_counter()
         async with session.post(f"{self.url}/v1/completions", json=payload) as response:
             if response.status != 200:
@@ -253,7 +254,9 @@ class Server:
                         ids += tokens
                         texts.append(choice.get("text") or "")
                         finish = choice.get("finish_reason") or finish
-                    spec = (event.get("metrics") or {}).get("speculative_decoding") or spec
+                    served = event.get("metrics") or {}
+                    spec = served.get("speculative_decoding") or spec
+                    decode_ms = served.get("generation_time_ms", decode_ms)
         if not stamps:
             raise ServerError(f"{self.url} streamed no tokens for a request")
         return Completion(
@@ -262,6 +265,7 @@ class Server:
             finish_reason=finish,
             ttft_s=stamps[0] - tic,
             e2e_s=stamps[-1] - tic,
+            decode_s=stamps[-1] - stamps[0] if decode_ms is None else decode_ms / 1000,
             itl_s=tuple(float(d) for d in np.diff(stamps)),
             histogram=tuple(spec["acceptance_histogram"]) if spec else None,
             num_draft_tokens=spec["num_draft_tokens"] if spec else None,

@@ -250,7 +250,7 @@ def to_record(
         correct_flexible=verdict.correct_flexible,
         ttft_s=completion.ttft_s,
         e2e_s=completion.e2e_s,
-        tpot_s=metrics.tpot(completion.e2e_s, completion.ttft_s, len(ids)),
+        tpot_s=metrics.tpot(completion.decode_s, len(ids)),
         num_spec_steps=counts.num_steps if counts else None,
         num_draft_tokens=counts.num_draft_tokens if counts else None,
         num_accepted_tokens=counts.num_accepted_tokens if counts else None,
