@@ -293,9 +293,10 @@ def _serving(rows: pd.DataFrame, cross: pd.DataFrame, whole: pd.DataFrame) -> li
         out += [f"**Outputs in one chunk.** In these runs more than {serving.ONE_CHUNK:.0%} of "
                 "a side's outputs reached the client as a single streamed chunk (TTFT = e2e, "
                 "more than one token): the client saw them in a burst, so their TTFT and e2e "
-                "carry the delivery's delay. Their TPOT is timed on the engine's clock and "
-                "does not (runs made before the server reported its per-request timings "
-                "read 0 there, and their TPOT speedup measures nothing).", "",
+                "carry the delivery's delay. A run timed on the engine's clock keeps their "
+                "TPOT; on the client's clock (a run made before the servers reported their "
+                "per-request timings, METRICS.md) it reads 0, and the run's TPOT speedup "
+                "measures nothing.", "",
                 table(whole, ONE_CHUNK), ""]  # fmt: skip
     return out
 
