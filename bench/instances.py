@@ -64,7 +64,7 @@ def tpot_ms_of_passes(job: PreparedJob, backend: Offline, passes: int) -> list[f
     out: list[float] = []
 
     def on_output(_: int, completion: Completion) -> None:
-        seconds = tpot(completion.e2e_s, completion.ttft_s, len(completion.token_ids))
+        seconds = tpot(completion.decode_s, len(completion.token_ids))
         if seconds is not None:
             out.append(round(seconds * 1e3, 4))
 
