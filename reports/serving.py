@@ -55,8 +55,9 @@ def _origins(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.Series:
 
 def batch_sizes(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Per request of a streamed run (``requests``' index): ``batch_size``, the mean number
-    of its run's requests in decode over its own decode interval [sent + TTFT, sent + e2e],
-    its own included, and ``pair_batch_size``, its baseline pair's among the pairs of its
+    of its run's requests in decode over its own decode interval, its own included: the
+    engine's decode time (TPOT times the tokens after the first) ending at sent + e2e
+    (sent + TTFT to sent + e2e where TPOT is unknown), and ``pair_batch_size``, its baseline pair's among the pairs of its
     window (NaN without ``pair_sent_s``: runs recorded before it; NaN offline).
 
     Assumes every request in flight is running on the server: the client sends at most
@@ -79,10 +80,12 @@ def batch_sizes(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
             sent = sent.iloc[rows].to_numpy(float)
             if not np.isfinite(sent).any():
                 continue
-            ttft, e2e = (
-                served[f"{prefix}{t}"].iloc[rows].to_numpy(float) for t in ("ttft_s", "e2e_s")
+            ttft, e2e, tpot, tokens = (
+                served[f"{prefix}{t}"].iloc[rows].to_numpy(float)
+                for t in ("ttft_s", "e2e_s", "tpot_s", "output_tokens")
             )
-            out.loc[index, column] = in_decode(sent + ttft, sent + e2e)
+            decode = np.where(np.isfinite(tpot), tpot * (tokens - 1), e2e - ttft)
+            out.loc[index, column] = in_decode(sent + e2e - decode, sent + e2e)
     return out
 
 

@@ -108,8 +108,14 @@ def test_a_k_schedule_reaches_vllm_and_names_the_job():
 
 def _served(tmp_path, job, pair_window=None, **columns):
     """Write ``job``'s drawn records with ``columns`` set by hand (one value per record)
-    and ``pair_window`` in its config; return the directory."""
-    recs = run_fixtures.with_columns(run_fixtures.records(job), **columns)
+    and ``pair_window`` in its config; return the directory. Timings set without a TPOT
+    get the TPOT they imply (e2e - TTFT over the tokens after the first)."""
+    recs = run_fixtures.records(job)
+    if "e2e_s" in columns and "tpot_s" not in columns:
+        tokens = columns.get("output_tokens", [r.output_tokens for r in recs])
+        columns["tpot_s"] = [(e - t) / (n - 1) for e, t, n in
+                             zip(columns["e2e_s"], columns["ttft_s"], tokens, strict=True)]  # fmt: skip
+    recs = run_fixtures.with_columns(recs, **columns)
     summary = run_fixtures.summary(job, recs)
     summary = dataclasses.replace(summary, config={**summary.config, "pair_window": pair_window})
     out = tmp_path / job.sweep / job.name
@@ -132,14 +138,22 @@ def test_batch_sizes_restart_at_each_window_and_read_the_pairs_own_send_times(tm
     # Window 0: decodes [0, 2] and [1, 3] (1.5 each); window 1: [0, 2] twice (2 each).
     # The pairs: window 0 [0, 1] twice (2 each), window 1 [0, 1] and [5, 6] (1 each).
     tokens = [3, 3, 5, 5]  # decode tokens 2, 2, 4, 4 weigh the group's mean
-    hand = {"sent_s": [0.0, 1.0, 0.0, 0.0], "ttft_s": [0.0] * 4, "e2e_s": [2.0] * 4,
-            "output_tokens": tokens, "pair_sent_s": [0.0, 0.0, 0.0, 5.0],
-            "pair_ttft_s": [0.0] * 4, "pair_e2e_s": [1.0] * 4, "pair_output_tokens": tokens}  # fmt: skip
+    # A decode is the engine's (TPOT times the tokens after the first) ending at e2e, so an
+    # answer that reached the client in one chunk (TTFT = e2e) keeps its decode interval.
+    hand = {"sent_s": [0.0, 1.0, 0.0, 0.0], "ttft_s": [0.0, 2.0, 0.0, 0.0], "e2e_s": [2.0] * 4,
+            "tpot_s": [1.0, 1.0, 0.5, 0.5], "output_tokens": tokens,
+            "pair_sent_s": [0.0, 0.0, 0.0, 5.0], "pair_ttft_s": [0.0, 0.0, 1.0, 0.0],
+            "pair_e2e_s": [1.0] * 4, "pair_tpot_s": [0.5, 0.5, 0.25, 0.25],
+            "pair_output_tokens": tokens}  # fmt: skip
     job_dir = _served(tmp_path, job, pair_window=2, **hand)
     r = load.load(tmp_path)
     each = serving.batch_sizes(r.requests, r.runs)
     assert each["batch_size"].tolist() == [1.5, 1.5, 2.0, 2.0]
     assert each["pair_batch_size"].tolist() == [2.0, 2.0, 1.0, 1.0]
+    # without a TPOT the client's TTFT starts the decode: the burst has none, so the first
+    # request decodes alone
+    unknown = serving.batch_sizes(r.requests.assign(tpot_s=np.nan), r.runs)["batch_size"]
+    assert unknown.iloc[0] == 1.0 and np.isnan(unknown.iloc[1])
     table = serving.with_batch_sizes(
         aggregate.aggregate(r.requests, r.runs, 20), r.requests, r.runs
     )
