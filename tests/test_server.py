@@ -113,12 +113,15 @@ def _decode_seconds(url: str) -> float:
     """The server's summed decode seconds of finished requests (its Prometheus histogram)."""
     import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-        text = response.read().decode()
+        families = text_string_to_metric_families(response.read().decode())
     return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm:request_decode_time_seconds_sum")
+        sample.value
+        for family in families
+        for sample in family.samples
+        if sample.name == "vllm:request_decode_time_seconds_sum"
     )
 
 
