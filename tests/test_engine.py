@@ -197,10 +197,28 @@ def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
     assert not any(_alive(pid) for pid in started)
 
 
-@pytest.mark.engine_processes  # one engine of the pair stops while the other runs on
+def test_an_engine_kept_beside_one_that_stops_still_answers(overrides):
+    """Engines in this process share vLLM's distributed state: the plain engine kept while
+    its pair's in-process engine gives way to one in processes of its own (as prompt lookup's
+    does) still answers."""
+    plain = EngineSpec.baseline(compose_config([*overrides, "variant=cot_sd", "spec.k=1"]))
+    pair = [EngineSpec.from_config(compose_config([*overrides, "variant=cot_sd", "spec.k=1",
+                                                   f"engine.multiprocessing={own}"]))
+            for own in ("false", "true")]  # fmt: skip
+    assert not plain.multiprocessing() and not pair[0].multiprocessing()
+    engines.clear()
+    engines.get_all((pair[0], plain))
+    (_, _), (kept, reused) = engines.get_all((pair[1], plain))
+    assert reused
+    done = []
+    generate(kept.llm, [[1, 2, 3]], timing.sampling_params(), 1, lambda _, o: done.append(o))
+    assert len(done[0].outputs[0].token_ids) == timing.OUTPUT_TOKENS
+    engines.clear()
+
+
 def test_the_calibration_cli_times_an_interleaved_jobs_engine_beside_its_plain_one(overrides):
     measured: dict[int, list[dict]] = {}
-    job = [*overrides, "variant=cot_sd", "spec.k=1", "sweep=window", "engine.multiprocessing=true"]
+    job = [*overrides, "variant=cot_sd", "spec.k=1", "sweep=window"]
     for path in calibrate.run(job):
         written = record.load(path)
         measured.setdefault(written["k"], []).append(written["measurements"]["1"])
