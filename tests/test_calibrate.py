@@ -219,7 +219,9 @@ def test_a_speculator_run_at_several_concurrencies_is_also_calibrated_with_specu
     cfgs += [cfg("cot_sd", "spec.k=3", "spec.k_schedule=[[1,2,3],[3,32,0]]", "concurrency=16"),
              cfg("cod_sd", "spec.k=1"), cfg("cot", "concurrency=8"),
              cfg("cot_sd", "spec.k=1", "backend=server", "request_rate=2", "concurrency=32")]  # fmt: skip
-    off = {e: c for e, c in calibrate.entries(cfgs).items() if e.k == 0 and e.draft}
+    # suffix decoding drafts only at its own K (vLLM's proposer): no schedule, no K = 0 level
+    cfgs += [cfg("cot_suffix", "spec.k=3", f"concurrency={c}") for c in (1, 4)]
+    off = {e: c for e, c in calibrate.entries(cfgs).items() if e.k == 0 and e.k_schedule}
     ((entry, levels),) = off.items()  # one per speculator at one K, whatever its Ks
     batch = cfgs[0].engine.max_num_seqs
     assert levels == {1, 4} and entry.draft == cfgs[0].models.drafts.cot

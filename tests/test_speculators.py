@@ -128,6 +128,13 @@ def test_suffix_decoding_is_a_model_free_family_that_names_its_package():
     assert spec == {"method": "suffix", "num_speculative_tokens": 8}
     family = speculators.get("suffix")
     assert not family.loads_checkpoint and not family.drafts_every_step
+    with pytest.raises(ConfigError) as refused:
+        validate(compose_config(["variant=cot_suffix", "spec.k=3",
+                                 "spec.k_schedule=[[1,4,3],[5,32,0]]"]))  # fmt: skip
+    assert str(refused.value) == (
+        "spec.k_schedule=[[1, 4, 3], [5, 32, 0]]: method suffix drafts only at spec.k "
+        "(vLLM's suffix proposer takes no other K); set spec.k_schedule=null"
+    )
     if suffix.installed():
         assert family.plan_check("target", None) == "arctic_inference is installed"
     else:

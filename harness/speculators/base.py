@@ -28,6 +28,9 @@ class Speculator:
     # (``engine.multiprocessing=false``)
     needs_multiprocessing: ClassVar[bool] = False
     unbuilt_layers: ClassVar[int | None] = None  # a checkpoint not built yet: target layers
+    # drafts at any K up to ``spec.k`` (vLLM's per-batch-size K, ``spec.k_schedule``, and
+    # speculation off, the schedule at K = 0 that the calibration times)
+    follows_k_schedule: ClassVar[bool] = True
     # the module of ``train/`` whose ``build`` makes its checkpoints in ``make models``
     # (its interface: ``train.steps``); None: model-free, or its checkpoints are made elsewhere
     trained_by: ClassVar[str | None] = None
@@ -45,6 +48,12 @@ class Speculator:
             raise ConfigError(
                 f"variant.draft={cfg.variant.draft}: method {self.method} loads no draft "
                 "model; set variant.draft=null"
+            )
+        if not self.follows_k_schedule and cfg.spec.k_schedule:
+            raise ConfigError(
+                f"spec.k_schedule={cfg.spec.k_schedule}: method {self.method} drafts only at "
+                f"spec.k (vLLM's {self.method} proposer takes no other K); set "
+                "spec.k_schedule=null"
             )
 
     def can_speculate(self, draft: str | None) -> bool:

@@ -23,6 +23,7 @@ class Suffix(Speculator):
     loads_checkpoint = False
     drafts_every_step = False
     samples_drafts = False
+    follows_k_schedule = False  # vLLM's suffix proposer asserts the K it was started with
 
     def options(self, spec: Any) -> dict[str, Any]:
         return {}  # vLLM's defaults for the trees (depth 24, 10,000 cached requests)

@@ -68,9 +68,9 @@ def levels(cfg: Any) -> set[int]:
 def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
     """Engine specs of the planned jobs (plus each speculative job's plain target, which
     prices the cost model's steps without drafts and c; each draft model as a plain
-    target: a head cannot run alone; and each speculator at one K planned closed loop at
-    two or more concurrencies with speculation off), each with the concurrencies its jobs
-    run at (:func:`levels`)."""
+    target: a head cannot run alone; and each speculator that follows a K schedule at one K
+    planned closed loop at two or more concurrencies with speculation off), each with the
+    concurrencies its jobs run at (:func:`levels`)."""
     from harness.backends.engine import EngineSpec
 
     wanted: dict[Entry, set[int]] = {}
@@ -82,10 +82,11 @@ def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
             continue
         target = Entry(job.target, None, 0, EngineSpec.baseline(cfg))
         wanted.setdefault(target, set()).update(levels(cfg))
-        if speculators.get(job.spec.method).timed_as_target:
+        family = speculators.get(job.spec.method)
+        if family.timed_as_target:
             plain = EngineSpec.plain(job.spec.draft, dict(job.spec.settings))
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
-        if not job.spec.k_schedule and cfg.request_rate is None:
+        if not job.spec.k_schedule and cfg.request_rate is None and family.follows_k_schedule:
             off.setdefault(speculation_off(job), set()).add(cfg.concurrency)
     return wanted | {entry: levels for entry, levels in off.items() if len(levels) > 1}
 
