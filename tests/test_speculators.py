@@ -132,9 +132,10 @@ def test_suffix_decoding_is_a_model_free_family_that_names_its_package():
         validate(compose_config(["variant=cot_suffix", "spec.k=3",
                                  "spec.k_schedule=[[1,4,3],[5,32,0]]"]))  # fmt: skip
     assert str(refused.value) == (
-        "spec.k_schedule=[[1, 4, 3], [5, 32, 0]]: method suffix drafts only at spec.k "
+        "spec.k_schedule=[[1, 4, 3], [5, 32, 0]]: method suffix drafts only at spec.k=3 "
         "(vLLM's suffix proposer takes no other K); set spec.k_schedule=null"
     )
+    validate(compose_config(["variant=cot_suffix", "spec.k=3", "spec.k_schedule=[[1,4,3]]"]))
     if suffix.installed():
         assert family.plan_check("target", None) == "arctic_inference is installed"
     else:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
+from harness import schedule
 from harness.errors import ConfigError
 
 
@@ -50,11 +51,13 @@ class Speculator:
                 "model; set variant.draft=null"
             )
         if not self.follows_k_schedule and cfg.spec.k_schedule:
-            raise ConfigError(
-                f"spec.k_schedule={cfg.spec.k_schedule}: method {self.method} drafts only at "
-                f"spec.k (vLLM's {self.method} proposer takes no other K); set "
-                "spec.k_schedule=null"
-            )
+            seqs, k = cfg.engine.max_num_seqs, cfg.spec.k
+            if any(schedule.k_at(cfg.spec.k_schedule, k, seqs, b) != k for b in range(1, seqs + 1)):
+                raise ConfigError(
+                    f"spec.k_schedule={cfg.spec.k_schedule}: method {self.method} drafts only "
+                    f"at spec.k={k} (vLLM's {self.method} proposer takes no other K); set "
+                    "spec.k_schedule=null"
+                )
 
     def can_speculate(self, draft: str | None) -> bool:
         """Whether a variant with this ``draft`` (a key or None) can run at K > 0."""
