@@ -57,8 +57,9 @@ def batch_sizes(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Per request of a streamed run (``requests``' index): ``batch_size``, the mean number
     of its run's requests in decode over its own decode interval, its own included: the
     engine's decode time (TPOT times the tokens after the first) ending at sent + e2e
-    (sent + TTFT to sent + e2e where TPOT is unknown), and ``pair_batch_size``, its baseline pair's among the pairs of its
-    window (NaN without ``pair_sent_s``: runs recorded before it; NaN offline).
+    (sent + TTFT to sent + e2e where TPOT is unknown); and ``pair_batch_size``, its
+    baseline pair's among the pairs of its window (NaN without ``pair_sent_s``: runs
+    recorded before it; NaN offline).
 
     Assumes every request in flight is running on the server: the client sends at most
     ``concurrency`` at once and the config keeps ``concurrency <= engine.max_num_seqs``,

@@ -43,6 +43,7 @@ def test_kept_backends_are_reused_the_others_stop_first_and_the_first_spec_start
     assert got[1] == (b, True) and not got[0][1]
     assert events == [("stop", "offline", "a"), ("start", "offline", "c")]
     assert cache.launches(offline) == 3
+    assert {x.spec for x in cache.backends(offline)} == {"b", "c"}  # a stopped one is gone
 
 
 def test_a_spec_listed_twice_gets_two_instances():

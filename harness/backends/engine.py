@@ -223,10 +223,7 @@ def _start(spec: EngineSpec, _same: int = 0) -> Engine:
         ) from None
     warmup = SamplingParams(temperature=0.0, max_tokens=WARMUP_TOKENS, ignore_eos=True)
     llm.generate([{"prompt_token_ids": [0, 1, 2, 3]}], warmup, use_tqdm=False)
-    engine = Engine(spec, llm, time.perf_counter() - tic, watchdog)
-    if not spec.multiprocessing():
-        _IN_PROCESS.add(id(engine))
-    return engine
+    return Engine(spec, llm, time.perf_counter() - tic, watchdog)
 
 
 @contextlib.contextmanager
@@ -372,15 +369,12 @@ def failure_cause(lines: Iterable[str]) -> str | None:
     return (errors or logged or [None])[-1]
 
 
-_IN_PROCESS: set[int] = set()  # ids of the live engines that run in this process
-
-
 def _shutdown(engine: Engine) -> None:
-    """Shut an engine down: its processes, its watchdog, then its memory. An engine in this
-    process shares vLLM's distributed state with the others there: its shutdown leaves that
-    state to them (vLLM's ``EngineCore.shutdown`` tears it down), the last one's removes it."""
-    _IN_PROCESS.discard(id(engine))
-    with _keeping_distributed_state() if _IN_PROCESS else contextlib.nullcontext():
+    """Shut an engine down: its processes, its watchdog, then its memory. Engines in this
+    process share vLLM's distributed state: while one of them stays live, a shutdown leaves
+    that state to it (vLLM's ``EngineCore.shutdown`` tears it down), the last one's removes it."""
+    shared = any(not e.spec.multiprocessing() for e in live.backends(OFFLINE))
+    with _keeping_distributed_state() if shared else contextlib.nullcontext():
         engine.llm.llm_engine.engine_core.shutdown()
     reaper.stop(engine.watchdog)
     del engine

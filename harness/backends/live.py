@@ -4,7 +4,7 @@
 keeps the backends a job asks for (a spec listed twice gets two), stops every other one
 first (any kind's, and any that died) so its memory returns, then starts the missing ones,
 the first spec last; :func:`instance` asks for those of one of a job's engine instances;
-:func:`clear` stops them all. A kind says only how to start and stop
+:func:`clear` stops them all; :func:`backends` lists those of a kind. A kind says only how to start and stop
 one of its backends; this module imports nothing of the project.
 """
 
@@ -49,6 +49,10 @@ class Live:
     def launches(self, kind: Kind) -> int:
         """Backends of ``kind`` started so far."""
         return self._launches[kind.name]
+
+    def backends(self, kind: Kind) -> list[Any]:
+        """The live backends of ``kind`` (one being stopped has already left the cache)."""
+        return [e.backend for e in self._entries if e.kind.name == kind.name]
 
     def get(self, kind: Kind, spec: Any, **options: Any) -> tuple[Any, bool]:
         """:meth:`get_all` of one spec."""
@@ -105,4 +109,4 @@ class Live:
 
 CACHE = Live()  # this process's one cache
 get, get_all, instance = CACHE.get, CACHE.get_all, CACHE.instance
-clear, launches = CACHE.clear, CACHE.launches
+clear, launches, backends = CACHE.clear, CACHE.launches, CACHE.backends
