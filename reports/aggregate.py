@@ -130,10 +130,26 @@ def position_counts(histograms: pd.Series) -> pd.DataFrame:
     return counts.sort_values(["row", "position"], kind="stable").reset_index(drop=True)
 
 
+def windows(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.Series:
+    """Each request's pairing window in an interleaved run (each side's window is one
+    ``generate`` call: consecutive problems, ``pair_window`` of them, else the job's
+    concurrency; a record's rows are in problem order within its instance), counted per
+    (run, engine instance); -1 in other runs."""
+    run = list(RUN)
+    given = runs.reindex(columns=[*run, "pair_window"]).drop_duplicates(run)
+    window = requests[run].merge(given, on=run, how="left")["pair_window"].to_numpy(float)
+    window = np.where(np.isfinite(window) & (window > 0), window, requests["concurrency"])
+    at = requests.groupby([*run, "instance"], sort=False).cumcount().to_numpy()
+    paired = (requests["pairing"] == "interleaved").to_numpy()
+    return pd.Series(np.where(paired, at // window.astype(int), -1), index=requests.index)
+
+
 def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
-    """The request table plus the numeric columns :data:`SUMMED` names (nulls as 0) and
-    ``problem_code``, the rank of ``problem_id`` (the bootstrap's unit)."""
+    """The request table plus the numeric columns :data:`SUMMED` names (nulls as 0),
+    ``problem_code``, the rank of ``problem_id`` (the bootstrap's unit), and ``window``
+    (:func:`windows`; -1 where the table has none)."""
     df = requests.copy()
+    df["window"] = df["window"].fillna(-1).astype(int) if "window" in df else -1
     df["n"] = 1.0
     df["n_ttft"] = df["ttft_s"].notna().astype(float)
     df["n_tpot"] = df["tpot_s"].notna().astype(float)
@@ -169,12 +185,13 @@ def with_sums(requests: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Block:
-    """Per-problem sums of one group: sorted problem codes, a (problems, SUMMED) array and
-    each problem's engine instance."""
+    """Per-problem sums of one group: sorted problem codes, a (problems, SUMMED) array,
+    each problem's engine instance and its pairing window (:func:`windows`)."""
 
     problems: np.ndarray
     values: np.ndarray
     instance: np.ndarray
+    window: np.ndarray
 
     @property
     def instances(self) -> tuple[int, ...] | None:
@@ -190,7 +207,20 @@ class Block:
     def on(self, problems: np.ndarray) -> Block:
         """The sums of ``problems`` only (a sorted subset of this block's problems)."""
         at = np.searchsorted(self.problems, problems)
-        return Block(problems, self.values[at], self.instance[at])
+        return Block(problems, self.values[at], self.instance[at], self.window[at])
+
+    def by_window(self) -> Block:
+        """The sums of each (engine instance, pairing window), in that order: the unit a
+        paired comparison resamples, since the requests of one window share its batch and
+        its moment on the machine. Itself where every problem is alone in its window (or
+        has none)."""
+        cells = np.stack([self.instance, self.window])
+        _, first, of = np.unique(cells, axis=1, return_index=True, return_inverse=True)
+        if (self.window < 0).any() or len(first) == len(self.problems):
+            return self
+        values = np.zeros((len(first), self.values.shape[1]))
+        np.add.at(values, of.ravel(), self.values)
+        return Block(self.problems[first], values, self.instance[first], self.window[first])
 
 
 def _labels(index: pd.Index) -> list[tuple]:
@@ -204,12 +234,13 @@ def blocks(df: pd.DataFrame, keys: tuple[str, ...]) -> dict[tuple, Block]:
     labels, gid = _labels(grouped.size().index), grouped.ngroup().to_numpy()
     by = [gid, df["problem_code"].to_numpy()]
     sums = df[list(SUMMED)].groupby(by, sort=True).sum()
-    instance = df["instance"].groupby(by, sort=True).first().to_numpy(int)
+    first = df[["instance", "window"]].groupby(by, sort=True).first()
+    instance, window = (first[c].to_numpy(int) for c in ("instance", "window"))
     values = sums.to_numpy(float)
     codes = sums.index.get_level_values(1).to_numpy()
     bounds = np.searchsorted(sums.index.get_level_values(0).to_numpy(), np.arange(len(labels) + 1))
     return {
-        label: Block(codes[lo:hi], values[lo:hi], instance[lo:hi])
+        label: Block(codes[lo:hi], values[lo:hi], instance[lo:hi], window[lo:hi])
         for label, lo, hi in zip(labels, bounds[:-1], bounds[1:], strict=True)
     }
 
@@ -238,26 +269,34 @@ def _group_stats(groups: dict[tuple, Block], n_boot: int, seed: int) -> pd.DataF
 def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataFrame:
     """Paired speedups of every group over its baseline (NaN without one): its own pairs'
     when interleaved, else the K = 0 group's on the problems both answered; plus
-    ``baseline_tpot_s``, that baseline's mean TPOT on those problems."""
-    ratios = tuple(SPEEDUPS.values())
+    ``baseline_tpot_s``, that baseline's mean TPOT on those problems. An interleaved
+    group whose pairing windows hold several requests gets, at each end, the wider of the
+    bootstraps over its problems and over its windows (:meth:`Block.by_window`)."""
+    ratios, pairs = tuple(SPEEDUPS.values()), tuple(PAIRED.values())
     at = [GROUP.index(c) for c in BASELINE]
     interleaved = GROUP.index("pairing")
     rows = []
     for key, block in groups.items():
         labels = dict(zip(GROUP, key, strict=True))
         if key[interleaved] == "interleaved":
-            problems, base_arrays = block.problems, block.arrays(tuple(PAIRED.values()))
+            own, base_arrays = block, block.arrays(pairs)
         else:
             base = baselines.get(tuple(key[i] for i in at))
-            problems = np.intersect1d(block.problems, base.problems) if base else np.zeros(0)
-            base_arrays = base.on(problems).arrays(ratios) if len(problems) else None
-        if not len(problems):
+            both = np.intersect1d(block.problems, base.problems) if base else np.zeros(0, int)
+            own = block.on(both)
+            base_arrays = base.on(own.problems).arrays(ratios) if len(own.problems) else None
+        if not len(own.problems):
             rows.append(labels)
             continue
-        own = block.on(problems)
         point, lo, hi = bootstrap.paired(
             own.arrays(ratios), base_arrays, "ratio", n_boot, seed, own.instances
         )
+        units = own.by_window()
+        if units is not own:
+            _, w_lo, w_hi = bootstrap.paired(
+                units.arrays(ratios), units.arrays(pairs), "ratio", n_boot, seed, units.instances
+            )
+            lo, hi = np.fmin(lo, w_lo), np.fmax(hi, w_hi)
         num, den = (a[:, 0] for a in base_arrays)
         tpot = num.sum() / den.sum() if den.sum() else np.nan
         each = _per_instance(own, base_arrays)
@@ -540,7 +579,7 @@ def aggregate(
     """
     if requests.empty:
         return pd.DataFrame(columns=[*GROUP, "n_problems"])
-    ok = answered(requests)
+    ok = answered(requests.assign(window=windows(requests, runs)))
     df = with_sums(ok)
     groups = blocks(df, GROUP)
     stats = _group_stats(groups, n_boot, seed)

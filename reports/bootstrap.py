@@ -5,7 +5,9 @@ Requests are summed per problem, then problems resampled: a replicate is
 (:func:`weights`, drawn once per problem count, instances and seed), shared by every
 statistic of a group and by both groups of :func:`paired`. When the problems were split
 over several engine instances, W has two levels: instances drawn with replacement, then
-each drawn instance's problems. Intervals are BCa (Efron 1987), computed here rather than
+each drawn instance's problems. A unit is a problem, or whatever the caller summed into
+one row (an interleaved speedup's pairing window, ``reports.aggregate.Block.by_window``).
+Intervals are BCa (Efron 1987), computed here rather than
 by scipy so that W stays shared; ``dropped`` counts replicates with a zero denominator.
 Definitions: docs/METRICS.md.
 """

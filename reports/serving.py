@@ -20,7 +20,7 @@ import pandas as pd
 
 from harness import schedule
 from harness.backends import streamed
-from reports.aggregate import BASELINE, FAILED, GROUP
+from reports.aggregate import BASELINE, FAILED, GROUP, windows
 from reports.load import CLOSED_LOOP, FIXED_K
 
 CONFIGURATION = ["sweep_id", "variant", "dataset", "k", "concurrency"]
@@ -37,20 +37,6 @@ def in_decode(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     length = end - start
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(length > 0, total / length, np.nan)
-
-
-def _origins(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.Series:
-    """The time origin of each request's ``sent_s``: one per (run, engine instance), and
-    per window of an interleaved run (each side's window is one ``generate`` call that
-    restarts the clock: consecutive problems, ``pair_window`` of them, else the job's
-    concurrency; a record's rows are in problem order within its instance)."""
-    run = ["sweep_id", "run_id"]
-    given = runs.reindex(columns=[*run, "pair_window"]).drop_duplicates(run)
-    window = requests[run].merge(given, on=run, how="left")["pair_window"].to_numpy(float)
-    window = np.where(np.isfinite(window) & (window > 0), window, requests["concurrency"])
-    at = requests.groupby([*run, "instance"], sort=False).cumcount().to_numpy()
-    paired = (requests["pairing"] == "interleaved").to_numpy()
-    return pd.Series(np.where(paired, at // window.astype(int), 0), index=requests.index)
 
 
 def batch_sizes(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -71,7 +57,7 @@ def batch_sizes(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     served = requests[requests["backend"].map(streamed) & requests["sent_s"].notna()]
     if served.empty:
         return out
-    origin = _origins(served, runs)
+    origin = windows(served, runs).clip(lower=0)  # a time origin per window
     keys = [served["sweep_id"], served["run_id"], served["instance"], origin]
     pair_sent = served.get("pair_sent_s", pd.Series(np.nan, index=served.index))
     for rows in served.groupby(keys, sort=False).indices.values():

@@ -81,6 +81,40 @@ def test_the_table_shows_each_instances_speedup_spread():
     assert markdown._instances(pd.DataFrame([row]).assign(instance_speedups=None), runs) == []
 
 
+def _windowed(pair_window: int | None) -> dict[tuple, aggregate.Block]:
+    """An interleaved group of 32 problems on 2 instances, in windows of 4 per instance
+    whose pair side ran 30% slower in every other window (a slow moment that every
+    request of a window shares), with ``pair_window`` in its run's config."""
+    rng = np.random.default_rng(3)
+    reqs = pd.concat([_requests(0.0)] * 4, ignore_index=True).sort_values(
+        "instance", kind="stable").reset_index(drop=True)  # fmt: skip
+    reqs["problem_id"] = [f"p{i:02d}" for i in range(len(reqs))]
+    at = reqs.groupby("instance").cumcount().to_numpy()
+    slow = np.where((at // 4) % 2, 1.3, 1.0) * (1 + 0.01 * rng.standard_normal(len(reqs)))
+    reqs["pair_tpot_s"] = reqs["pair_tpot_s"] * slow
+    runs = pd.DataFrame([dict(sweep_id="s", run_id="r", pair_window=pair_window)])
+    df = aggregate.with_sums(reqs.assign(window=aggregate.windows(reqs, runs)))
+    return aggregate.blocks(df, aggregate.GROUP)
+
+
+def test_a_slow_moment_a_window_shares_widens_the_speedup_only_when_windows_are_resampled():
+    alone, windowed = (_windowed(w) for w in (None, 4))  # concurrency 1: windows of one
+    (block,), (wblock,) = alone.values(), windowed.values()
+    assert block.by_window() is block  # every problem alone in its window
+    units = wblock.by_window()
+    assert len(units.problems) == 8 and units.instances == (0,) * 4 + (1,) * 4
+    assert np.allclose(units.values.sum(0), wblock.values.sum(0))  # the same sums, grouped
+    a, w = (aggregate._speedups(g, {}, 400, 0).iloc[0] for g in (alone, windowed))
+    assert a["speedup_tpot"] == pytest.approx(w["speedup_tpot"])  # the point does not move
+    width = {n: r["speedup_tpot_hi"] - r["speedup_tpot_lo"] for n, r in (("a", a), ("w", w))}
+    assert width["w"] > 1.5 * width["a"]
+    # each end is the wider of the two bootstraps: never inside the one over problems
+    assert (
+        w["speedup_tpot_lo"] <= a["speedup_tpot_lo"]
+        and w["speedup_tpot_hi"] >= a["speedup_tpot_hi"]
+    )
+
+
 @pytest.mark.parametrize(
     "overrides, key",
     [(["instances=0"], "instances"), (["limit=3", "instances=4"], "instances"),
