@@ -137,6 +137,7 @@ def windows(requests: pd.DataFrame, runs: pd.DataFrame) -> pd.Series:
     (run, engine instance); -1 in other runs."""
     run = list(RUN)
     given = runs.reindex(columns=[*run, "pair_window"]).drop_duplicates(run)
+    given = given.astype({c: requests[c].dtype for c in run})  # no runs: float columns
     window = requests[run].merge(given, on=run, how="left")["pair_window"].to_numpy(float)
     window = np.where(np.isfinite(window) & (window > 0), window, requests["concurrency"])
     at = requests.groupby([*run, "instance"], sort=False).cumcount().to_numpy()
@@ -223,6 +224,29 @@ class Block:
         return Block(self.problems[first], values, self.instance[first], self.window[first])
 
 
+def compare(
+    x: tuple[Block, tuple[Ratio, ...]],
+    y: tuple[Block, tuple[Ratio, ...]],
+    how: str,
+    n_boot: int,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`reports.bootstrap.paired` of two blocks' statistics on the same problems,
+    over x's engine instances; where both share pairing windows of several requests (an
+    interleaved run and its own pairs), each end is the wider of that and the same
+    bootstrap over the windows (:meth:`Block.by_window`)."""
+    (bx, rx), (by, ry) = x, y
+    point, lo, hi = bootstrap.paired(bx.arrays(rx), by.arrays(ry), how, n_boot, seed, bx.instances)
+    ux, uy = bx.by_window(), by.by_window()
+    shared = np.array_equal(bx.window, by.window) and np.array_equal(bx.instance, by.instance)
+    if shared and ux is not bx:
+        _, w_lo, w_hi = bootstrap.paired(
+            ux.arrays(rx), uy.arrays(ry), how, n_boot, seed, ux.instances
+        )
+        lo, hi = np.fmin(lo, w_lo), np.fmax(hi, w_hi)
+    return point, lo, hi
+
+
 def _labels(index: pd.Index) -> list[tuple]:
     return [k if isinstance(k, tuple) else (k,) for k in index]
 
@@ -269,9 +293,8 @@ def _group_stats(groups: dict[tuple, Block], n_boot: int, seed: int) -> pd.DataF
 def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataFrame:
     """Paired speedups of every group over its baseline (NaN without one): its own pairs'
     when interleaved, else the K = 0 group's on the problems both answered; plus
-    ``baseline_tpot_s``, that baseline's mean TPOT on those problems. An interleaved
-    group whose pairing windows hold several requests gets, at each end, the wider of the
-    bootstraps over its problems and over its windows (:meth:`Block.by_window`)."""
+    ``baseline_tpot_s``, that baseline's mean TPOT on those problems (intervals:
+    :func:`compare`)."""
     ratios, pairs = tuple(SPEEDUPS.values()), tuple(PAIRED.values())
     at = [GROUP.index(c) for c in BASELINE]
     interleaved = GROUP.index("pairing")
@@ -279,24 +302,17 @@ def _speedups(groups: dict, baselines: dict, n_boot: int, seed: int) -> pd.DataF
     for key, block in groups.items():
         labels = dict(zip(GROUP, key, strict=True))
         if key[interleaved] == "interleaved":
-            own, base_arrays = block, block.arrays(pairs)
+            own, base = block, (block, pairs)
         else:
-            base = baselines.get(tuple(key[i] for i in at))
-            both = np.intersect1d(block.problems, base.problems) if base else np.zeros(0, int)
+            other = baselines.get(tuple(key[i] for i in at))
+            both = np.intersect1d(block.problems, other.problems) if other else np.zeros(0, int)
             own = block.on(both)
-            base_arrays = base.on(own.problems).arrays(ratios) if len(own.problems) else None
+            base = (other.on(own.problems), ratios) if len(own.problems) else None
         if not len(own.problems):
             rows.append(labels)
             continue
-        point, lo, hi = bootstrap.paired(
-            own.arrays(ratios), base_arrays, "ratio", n_boot, seed, own.instances
-        )
-        units = own.by_window()
-        if units is not own:
-            _, w_lo, w_hi = bootstrap.paired(
-                units.arrays(ratios), units.arrays(pairs), "ratio", n_boot, seed, units.instances
-            )
-            lo, hi = np.fmin(lo, w_lo), np.fmax(hi, w_hi)
+        point, lo, hi = compare((own, ratios), base, "ratio", n_boot, seed)
+        base_arrays = base[0].arrays(base[1])
         num, den = (a[:, 0] for a in base_arrays)
         tpot = num.sum() / den.sum() if den.sum() else np.nan
         each = _per_instance(own, base_arrays)
@@ -684,5 +700,5 @@ def contrast(
     if not len(problems):
         return np.nan, np.nan, np.nan
     bx, by = (sides[(side,)].on(problems) for side in (0, 1))
-    point, lo, hi = bootstrap.paired(bx.arrays((ratio,)), by.arrays((ratio,)), how, n_boot, seed)
+    point, lo, hi = compare((bx, (ratio,)), (by, (ratio,)), how, n_boot, seed)
     return float(point[0]), float(lo[0]), float(hi[0])

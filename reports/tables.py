@@ -74,6 +74,7 @@ def build_tables(
     table = table.merge(specbench.spec_bench(req), on=list(aggregate.GROUP), how="left")
     multi = req["sweep_id"].nunique() > 1
     fits = fit.fit(table, req, runs, n_boot, seed)
+    windowed = req.assign(window=aggregate.windows(req, runs))  # the verdicts' windows
     return ReportTables(
         requests=_with_series(req, multi),
         runs=runs,
@@ -84,7 +85,7 @@ def build_tables(
         positions=_with_series(positions, multi),
         fits=_with_series(fits, multi),
         rejections=_with_series(rejections.rejection_kinds(req), multi),
-        verdicts=tuple(hypotheses.judge(req, table, n_boot, seed)),
+        verdicts=tuple(hypotheses.judge(windowed, table, n_boot, seed)),
         model_check=fit.model_check(table, fits) if not fits.empty else "",
         serving=_with_series(serving.by_rate(table), multi),
         crossovers=serving.crossovers(table),

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -81,10 +82,11 @@ def test_the_table_shows_each_instances_speedup_spread():
     assert markdown._instances(pd.DataFrame([row]).assign(instance_speedups=None), runs) == []
 
 
-def _windowed(pair_window: int | None) -> dict[tuple, aggregate.Block]:
+def _windowed(pair_window: int | None) -> pd.DataFrame:
     """An interleaved group of 32 problems on 2 instances, in windows of 4 per instance
     whose pair side ran 30% slower in every other window (a slow moment that every
-    request of a window shares), with ``pair_window`` in its run's config."""
+    request of a window shares), with each request's window for ``pair_window`` in its
+    run's config."""
     rng = np.random.default_rng(3)
     reqs = pd.concat([_requests(0.0)] * 4, ignore_index=True).sort_values(
         "instance", kind="stable").reset_index(drop=True)  # fmt: skip
@@ -92,13 +94,16 @@ def _windowed(pair_window: int | None) -> dict[tuple, aggregate.Block]:
     at = reqs.groupby("instance").cumcount().to_numpy()
     slow = np.where((at // 4) % 2, 1.3, 1.0) * (1 + 0.01 * rng.standard_normal(len(reqs)))
     reqs["pair_tpot_s"] = reqs["pair_tpot_s"] * slow
+    lists = pd.ArrowDtype(pa.list_(pa.int64()))  # as the loaded request table holds them
+    reqs["acceptance_histogram"] = reqs["acceptance_histogram"].astype(lists)
     runs = pd.DataFrame([dict(sweep_id="s", run_id="r", pair_window=pair_window)])
-    df = aggregate.with_sums(reqs.assign(window=aggregate.windows(reqs, runs)))
-    return aggregate.blocks(df, aggregate.GROUP)
+    return reqs.assign(window=aggregate.windows(reqs, runs))
 
 
 def test_a_slow_moment_a_window_shares_widens_the_speedup_only_when_windows_are_resampled():
-    alone, windowed = (_windowed(w) for w in (None, 4))  # concurrency 1: windows of one
+    # concurrency 1 and no pair_window: windows of one
+    alone, windowed = (aggregate.blocks(aggregate.with_sums(_windowed(w)), aggregate.GROUP)
+                       for w in (None, 4))  # fmt: skip
     (block,), (wblock,) = alone.values(), windowed.values()
     assert block.by_window() is block  # every problem alone in its window
     units = wblock.by_window()
@@ -113,6 +118,17 @@ def test_a_slow_moment_a_window_shares_widens_the_speedup_only_when_windows_are_
         w["speedup_tpot_lo"] <= a["speedup_tpot_lo"]
         and w["speedup_tpot_hi"] >= a["speedup_tpot_hi"]
     )
+
+
+def test_a_verdicts_comparison_resamples_the_windows_its_pairs_share():
+    y = _windowed(4)
+    tpot = aggregate.SPEEDUPS["speedup_tpot"]
+    shared = aggregate.contrast(aggregate.pair_side(y), y, tpot, "ratio", 400, 0)
+    # the same requests without their windows: a bootstrap over problems (and instances)
+    y = y.assign(window=-1)
+    alone = aggregate.contrast(aggregate.pair_side(y), y, tpot, "ratio", 400, 0)
+    assert shared[0] == pytest.approx(alone[0])
+    assert shared[2] - shared[1] > 1.5 * (alone[2] - alone[1])
 
 
 @pytest.mark.parametrize(
