@@ -232,17 +232,16 @@ def compare(
     seed: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`reports.bootstrap.paired` of two blocks' statistics on the same problems,
-    over x's engine instances; where both share pairing windows of several requests (an
-    interleaved run and its own pairs), each end is the wider of that and the same
-    bootstrap over the windows (:meth:`Block.by_window`)."""
+    over x's engine instances. Where both sides share pairing windows of several requests
+    (an interleaved run beside its own pairs), each end is the wider of that and the
+    cluster jackknife over the windows (:meth:`Block.by_window`,
+    :func:`reports.bootstrap.jackknife_t`)."""
     (bx, rx), (by, ry) = x, y
     point, lo, hi = bootstrap.paired(bx.arrays(rx), by.arrays(ry), how, n_boot, seed, bx.instances)
-    ux, uy = bx.by_window(), by.by_window()
     shared = np.array_equal(bx.window, by.window) and np.array_equal(bx.instance, by.instance)
-    if shared and ux is not bx:
-        _, w_lo, w_hi = bootstrap.paired(
-            ux.arrays(rx), uy.arrays(ry), how, n_boot, seed, ux.instances
-        )
+    units = bx.by_window() if shared else bx
+    if units is not bx:
+        w_lo, w_hi = bootstrap.jackknife_t(units.arrays(rx), by.by_window().arrays(ry), how)
         lo, hi = np.fmin(lo, w_lo), np.fmax(hi, w_hi)
     return point, lo, hi
 
@@ -595,7 +594,9 @@ def aggregate(
     """
     if requests.empty:
         return pd.DataFrame(columns=[*GROUP, "n_problems"])
-    ok = answered(requests.assign(window=windows(requests, runs)))
+    if "window" not in requests:
+        requests = requests.assign(window=windows(requests, runs))
+    ok = answered(requests)
     df = with_sums(ok)
     groups = blocks(df, GROUP)
     stats = _group_stats(groups, n_boot, seed)

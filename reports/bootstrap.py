@@ -5,9 +5,9 @@ Requests are summed per problem, then problems resampled: a replicate is
 (:func:`weights`, drawn once per problem count, instances and seed), shared by every
 statistic of a group and by both groups of :func:`paired`. When the problems were split
 over several engine instances, W has two levels: instances drawn with replacement, then
-each drawn instance's problems. A unit is a problem, or whatever the caller summed into
-one row (an interleaved speedup's pairing window, ``reports.aggregate.Block.by_window``).
-Intervals are BCa (Efron 1987), computed here rather than
+each drawn instance's problems. Comparisons over few units that the caller summed into
+one row each (an interleaved run's pairing windows, ``reports.aggregate.compare``) take
+:func:`jackknife_t` instead. Intervals are BCa (Efron 1987), computed here rather than
 by scipy so that W stays shared; ``dropped`` counts replicates with a zero denominator.
 Definitions: docs/METRICS.md.
 """
@@ -116,6 +116,27 @@ def ratio(
     point = _ratio(num.sum(0), den.sum(0))
     lo, hi = _interval(_ratio(w @ num, w @ den), point, _jackknife(num, den))
     return point, lo, hi
+
+
+def jackknife_t(
+    x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray], how: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of :func:`paired`'s comparison from the leave-one-unit-out estimates, with
+    Student t critical values on units - 1 degrees of freedom (a ratio on the log scale):
+    the cluster jackknife, for comparisons over few units (Cameron and Miller 2015),
+    where a bootstrap over them comes out too narrow. NaN with fewer than two units."""
+    from scipy.stats import t
+
+    units = len(x[0])
+    px, py = _ratio(x[0].sum(0), x[1].sum(0)), _ratio(y[0].sum(0), y[1].sum(0))
+    jx, jy = _jackknife(*x), _jackknife(*y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        point, loo = (np.log(_ratio(py, px)), np.log(_ratio(jy, jx))) if how == "ratio" else (
+            py - px, jy - jx)  # fmt: skip
+        spread = np.sqrt((units - 1) / units * ((loo - loo.mean(0)) ** 2).sum(0))
+        half = t.ppf(1 - (1 - LEVEL) / 2, units - 1) * spread if units > 1 else np.nan * spread
+    lo, hi = point - half, point + half
+    return (np.exp(lo), np.exp(hi)) if how == "ratio" else (lo, hi)
 
 
 def paired(

@@ -26,8 +26,10 @@ NO_EFFECT = "no detectable effect"  # a speedup whose widened interval includes 
 UNTESTABLE = "untestable"  # the inputs cannot carry the comparison (RULES, "Untestable")
 MAX_CUT = 0.2  # a side with a larger share of answers cut at the token limit is not compared
 RULES = f"""\
-Each comparison is a paired bootstrap over the problems both sides answered, on the
-headline rows (lowest concurrency; K = 0, or a draft variant's best K).
+Each comparison is a paired bootstrap over the problems both sides answered (and their
+engine instances; where both sides share pairing windows of several requests, each end
+the wider of that and the cluster jackknife over the windows), on the headline rows
+(lowest concurrency; K = 0, or a draft variant's best K).
 
 1. Fine-tuning: each fine-tuned target (no draft) vs the base target. Supported when
    the CI of accuracy(fine-tuned) - accuracy(base) is above 0, refuted when below 0.

@@ -65,7 +65,7 @@ def build_tables(
     sentinel judges every run."""
     flagged = sentinel.flagged(results.runs)
     results, synthetic = whatif.split(results)
-    req = results.requests
+    req = results.requests.assign(window=aggregate.windows(results.requests, results.runs))
     runs = aggregate.with_goodput(req, aggregate.with_lossless(req, results.runs), slo)
     positions = aggregate.positions(req, n_boot, seed)
     table = aggregate.aggregate(req, runs, n_boot, seed)
@@ -74,7 +74,6 @@ def build_tables(
     table = table.merge(specbench.spec_bench(req), on=list(aggregate.GROUP), how="left")
     multi = req["sweep_id"].nunique() > 1
     fits = fit.fit(table, req, runs, n_boot, seed)
-    windowed = req.assign(window=aggregate.windows(req, runs))  # the verdicts' windows
     return ReportTables(
         requests=_with_series(req, multi),
         runs=runs,
@@ -85,7 +84,7 @@ def build_tables(
         positions=_with_series(positions, multi),
         fits=_with_series(fits, multi),
         rejections=_with_series(rejections.rejection_kinds(req), multi),
-        verdicts=tuple(hypotheses.judge(windowed, table, n_boot, seed)),
+        verdicts=tuple(hypotheses.judge(req, table, n_boot, seed)),
         model_check=fit.model_check(table, fits) if not fits.empty else "",
         serving=_with_series(serving.by_rate(table), multi),
         crossovers=serving.crossovers(table),

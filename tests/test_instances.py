@@ -120,6 +120,20 @@ def test_a_slow_moment_a_window_shares_widens_the_speedup_only_when_windows_are_
     )
 
 
+def test_the_window_jackknife_of_a_mean_difference_is_the_t_interval_of_the_mean():
+    from scipy import stats
+
+    y = np.array([[1.0], [2.0], [3.0], [4.0]])
+    ones = np.ones((4, 1))
+    lo, hi = bootstrap.jackknife_t((ones, ones), (y, ones), "difference")
+    t_lo, t_hi = stats.t.interval(0.95, 3, loc=y.mean() - 1, scale=stats.sem(y[:, 0]))
+    assert (lo[0], hi[0]) == pytest.approx((t_lo, t_hi))
+    # a ratio on the log scale: symmetric about the point there
+    lo, hi = bootstrap.jackknife_t((ones, ones), (y, ones), "ratio")
+    assert np.log(hi[0]) - np.log(2.5) == pytest.approx(np.log(2.5) - np.log(lo[0]))
+    assert np.isnan(bootstrap.jackknife_t((ones[:1], ones[:1]), (y[:1], ones[:1]), "ratio")[0][0])
+
+
 def test_a_verdicts_comparison_resamples_the_windows_its_pairs_share():
     y = _windowed(4)
     tpot = aggregate.SPEEDUPS["speedup_tpot"]
