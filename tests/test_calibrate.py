@@ -273,22 +273,3 @@ def test_a_slow_spell_on_one_side_of_one_round_does_not_move_the_windows_plain_c
     assert m.per_unit_s == pytest.approx(0.010)
     assert m.baseline_per_unit_s == pytest.approx(0.004)  # pooled, the three read 5.33 ms
     assert timing.measure("spec", None, 3, 1).baseline_per_unit_s is None  # no baseline
-
-
-def test_an_engine_in_processes_of_its_own_is_paired_and_timed_beside_a_plain_one_in_its_own():
-    # prompt lookup runs in processes of its own under engine=cpu (in the harness's process
-    # otherwise): its plain engine must too, or every step of the plain side skips the
-    # hand-off the speculator pays
-    cfg = compose_config(["variant=cot_ngram", "spec.k=3", "engine=cpu"])
-    job, base = EngineSpec.from_config(cfg), EngineSpec.baseline(cfg)
-    assert job.multiprocessing() and base.multiprocessing()
-    assert (base.k, base.method) == (0, None)
-    drafted = compose_config(["variant=cot_sd", "spec.k=3", "engine=cpu"])
-    assert not EngineSpec.baseline(drafted).multiprocessing()  # like with like
-    entries = calibrate.entries([cfg])
-    assert [e.spec.multiprocessing() for e in entries if e.k == 0] == [True]
-    ident = record.identity(record.Entry("t", None, 3, job))
-    assert ident["baseline_processes"]  # a file timed beside an in-process plain engine is stale
-    assert "baseline_processes" not in record.identity(
-        record.Entry("t", "d", 3, EngineSpec.from_config(drafted))
-    )

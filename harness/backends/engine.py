@@ -84,17 +84,10 @@ class EngineSpec:
     @classmethod
     def baseline(cls, cfg: Any) -> EngineSpec:
         """The plain engine of a job config's target: its spec at K = 0 (an interleaved
-        job's baseline; a K = 0 job's own spec, whose second instance is the A/A check), in
-        the processes the job's engine runs in: a family that needs processes of its own
-        (:meth:`multiprocessing`) is paired with a plain engine in processes of its own,
-        since an engine in the harness's process skips a hand-off at every step."""
+        job's baseline; a K = 0 job's own spec, whose second instance is the A/A check)."""
         from omegaconf import OmegaConf
 
-        plain = cls.from_config(OmegaConf.merge(cfg, {"spec": {"k": 0}}))
-        if cls.from_config(cfg).multiprocessing() and not plain.multiprocessing():
-            settings = dict(plain.settings) | {"multiprocessing": True}
-            plain = replace(plain, settings=tuple(sorted(settings.items())))
-        return plain
+        return cls.from_config(OmegaConf.merge(cfg, {"spec": {"k": 0}}))
 
     @classmethod
     def plain(cls, model: str, settings: Mapping[str, Any]) -> EngineSpec:

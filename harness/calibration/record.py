@@ -71,9 +71,6 @@ def identity(entry: Entry) -> dict[str, Any]:
     if entry.k > 0:  # earlier files timed the job's baseline all before its engine, then
         # in three alternating rounds pooled
         ident["baseline"] = f"median ratio of {PAIRED_ROUNDS} alternating rounds"
-        if spec.multiprocessing() and not dict(spec.settings).get("multiprocessing", True):
-            # earlier files timed that baseline in the harness's process
-            ident["baseline_processes"] = "its own, as the engine's"
     if entry.k > 0 and not speculators.get(spec.method).drafts_every_step:
         # steps without drafts are timed apart (earlier files charged them to verify)
         ident["undrafted_steps"] = UNDRAFTED_STEPS
