@@ -215,9 +215,11 @@ class Block:
         paired comparison resamples, since the requests of one window share its batch and
         its moment on the machine. Itself where every problem is alone in its window (or
         has none)."""
+        if (self.window < 0).any():
+            return self
         cells = np.stack([self.instance, self.window])
         _, first, of = np.unique(cells, axis=1, return_index=True, return_inverse=True)
-        if (self.window < 0).any() or len(first) == len(self.problems):
+        if len(first) == len(self.problems):
             return self
         values = np.zeros((len(first), self.values.shape[1]))
         np.add.at(values, of.ravel(), self.values)
