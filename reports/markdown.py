@@ -390,7 +390,7 @@ def _definitions(out_dir: Path, n_boot: int, seed: int) -> str:
         f"Every column and statistic is defined in [docs/METRICS.md]({link}) of draftbench. "
         f"Intervals here: 95% BCa bootstrap over problems ({n_boot} replicates, "
         f"seed {seed}); an interleaved speedup with several requests a window: at each end "
-        "the wider of that and one over its windows."
+        "the wider of that and the cluster jackknife over its windows."
     )
 
 
