@@ -106,21 +106,25 @@ def test_one_launch_per_spec_greedy_speculation_equals_plain_decoding_within_eac
 
 
 def test_sampled_speculation_records_the_corrections_at_rejections(overrides):
-    cfg = compose_config([*overrides, "variant=cot_sd", "spec.k=1", "temperature=0.3", "seed=3"])
-    summary = run_job(cfg, progress=False)
-    assert summary.engine_reused and summary.engine_start_s == 0.0
-    assert summary.counter_mismatch is None
-    rows = pq.read_table(results.sweep_dir(cfg) / results.job_name(cfg) / results.REQUESTS)
+    # vLLM's seeded sampling with a draft does not repeat across processes: one seed's
+    # acceptance on these random models reads anywhere from 0 to 1, so four seeds are drawn
     rejections = 0
-    for row in rows.to_pylist():
-        assert 0 <= row["num_accepted_tokens"] <= row["num_draft_tokens"]
-        assert 0.0 <= row["acceptance_rate"] <= 1.0
-        assert row["output_tokens"] == len(row["output_token_ids"])
-        assert row["output_hash"] == metrics.output_hash(row["output_token_ids"])
-        rejected_steps = row["acceptance_histogram"][0]  # K = 1: a rejection accepts nothing
-        assert rejected_steps - 1 <= len(row["rejection_tokens"]) <= rejected_steps
-        rejections += len(row["rejection_tokens"])
-    assert rejections > 0  # sharpened (T = 0.3), two random models disagree often
+    for seed in range(3, 7):
+        cfg = compose_config(
+            [*overrides, "variant=cot_sd", "spec.k=1", "temperature=0.3", f"seed={seed}"]
+        )
+        summary = run_job(cfg, progress=False)
+        assert summary.engine_reused and summary.engine_start_s == 0.0
+        assert summary.counter_mismatch is None
+        for row in _rows(cfg):
+            assert 0 <= row["num_accepted_tokens"] <= row["num_draft_tokens"]
+            assert 0.0 <= row["acceptance_rate"] <= 1.0
+            assert row["output_tokens"] == len(row["output_token_ids"])
+            assert row["output_hash"] == metrics.output_hash(row["output_token_ids"])
+            rejected_steps = row["acceptance_histogram"][0]  # K = 1: a rejection accepts nothing
+            assert rejected_steps - 1 <= len(row["rejection_tokens"]) <= rejected_steps
+            rejections += len(row["rejection_tokens"])
+    assert rejections > 0
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
