@@ -162,6 +162,9 @@ class RunSummary:
     output_tokens_per_s: float
     spec: SpecCounts | None
     counter_mismatch: str | None
+    # the requests ``spec`` covers: fewer than ``num_requests`` when an instance's counters
+    # were lost to an engine started after the job's own (``harness.sweep.job.combine``)
+    spec_requests: int | None = field(default=None, kw_only=True)
     # what determines the numbers, by part (``harness.sweep.job.run_key``); a re-run compares it
     run_key: dict[str, str] = field(default_factory=dict, kw_only=True)
     # provenance (``harness.provenance``): model identity by config key, problems digest,
@@ -202,6 +205,8 @@ class RunSummary:
                 f", acceptance {spec['acceptance_rate'] or 0:.3f}, "
                 f"mean acceptance length {spec['mean_acceptance_length'] or 0:.2f}"
             )
+            if self.spec_requests is not None and self.spec_requests < self.num_requests:
+                text += f" (vLLM counters of {self.spec_requests} of {self.num_requests} requests)"
         if self.counter_mismatch:
             text += f" [counter mismatch: {self.counter_mismatch}]"
         return text

@@ -261,11 +261,17 @@ def model_check(table: pd.DataFrame, fits: pd.DataFrame) -> str:
     )
 
 
-def _alpha_vllm(runs: pd.DataFrame) -> float:
-    """Pooled a from the summaries' per-position counters (NaN when absent)."""
+def _alpha_vllm(runs: pd.DataFrame, requests: pd.DataFrame) -> float:
+    """Pooled a from the summaries' per-position counters, over the runs whose counters
+    cover every request: as many draft tokens as their requests drafted (an instance's
+    counters are lost to an engine started after the job's own, docs/METRICS.md); NaN
+    when no run's do."""
     if "spec_accepted_per_pos" not in runs:
         return float("nan")
-    spec = runs.dropna(subset=["spec_accepted_per_pos", "spec_num_drafts"])
+    drafted = requests.groupby(["sweep_id", "run_id"])["num_draft_tokens"].sum()
+    key = pd.MultiIndex.from_frame(runs[["sweep_id", "run_id"]])
+    whole = runs["spec_num_draft_tokens"].to_numpy() == drafted.reindex(key).to_numpy()
+    spec = runs[whole].dropna(subset=["spec_accepted_per_pos", "spec_num_drafts"])
     return theory.alpha_mle(spec["spec_accepted_per_pos"], spec["spec_num_drafts"])
 
 
@@ -301,7 +307,7 @@ def fit(
                 "alpha": float(point[0]),
                 "alpha_lo": float(lo[0]),
                 "alpha_hi": float(hi[0]),
-                "alpha_vllm": _alpha_vllm(aggregate.select(runs, labels, CONFIG)),
+                "alpha_vllm": _alpha_vllm(aggregate.select(runs, labels, CONFIG), requests),
                 "c": groups["c"].mean(),
                 "best_k_predicted": predicted[0] if predicted[1] is not None else -1,
                 "speedup_predicted": predicted[1],

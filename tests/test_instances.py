@@ -218,6 +218,8 @@ def test_a_job_over_two_instance_pairs_on_real_engines(tiny_overrides, tmp_path)
     # the second instance started its K = 2 engine first: only the first kept its counters
     drafted = sum(r["num_draft_tokens"] for r in rows if r["instance"] == 0)
     assert summary["spec"]["num_draft_tokens"] == drafted > 0
+    assert summary["spec_requests"] == 2  # and the summary and the job's line say so
+    assert "(vLLM counters of 2 of 4 requests)" in run.stdout + run.stderr
 
 
 def test_more_instances_than_the_datasets_problems_is_bad_input(tiny_overrides):

@@ -605,3 +605,26 @@ def test_runs_recorded_before_backends_existed_read_as_offline_closed_loop(hand)
     r, t = hand
     assert set(r.requests["backend"]) == {"offline"} and set(r.requests["request_rate"]) == {0.0}
     assert set(t["backend"]) == {"offline"} and set(t["request_rate"]) == {0.0}
+
+
+def test_the_counters_a_pools_only_the_runs_whose_counters_cover_every_request(tmp_path):
+    """An instance's counters lost to a later engine leave a run's counters short of its
+    requests' drafts: such a run is left out of a (vLLM counters), not pooled as if whole."""
+    v = V["cot_sd"]
+    jobs = [run_fixtures.Job("f", v, "synth_easy", "easy", k, n_problems=40) for k in (1, 3)]
+    paths = [tmp_path / "f" / j.name / results.SUMMARY for j in jobs]
+    for j in jobs:
+        run_fixtures.write_job(tmp_path, j)
+    whole, short = (json.loads(p.read_text()) for p in paths)
+    spec = short["spec"]  # the first position's counts only: a partial, skewed count
+    spec["num_draft_tokens"] //= 2
+    spec["accepted_per_pos"] = [spec["accepted_per_pos"][0], 0, 0]
+    paths[1].write_text(json.dumps(short))
+    t = tables.build_tables(load.load(tmp_path), n_boot=50)
+    both = [whole["spec"], spec]
+    expected = theory.alpha_mle([whole["spec"]["accepted_per_pos"]], [whole["spec"]["num_drafts"]])
+    pooled = theory.alpha_mle(
+        [s["accepted_per_pos"] for s in both], [s["num_drafts"] for s in both]
+    )
+    assert pooled != pytest.approx(expected)  # pooling the short run would move it
+    assert t.fits.iloc[0]["alpha_vllm"] == pytest.approx(expected)

@@ -93,6 +93,7 @@ def summarize(
         output_tokens_per_s=metrics.tokens_per_s(tokens, wall_s),
         spec=engine_counts if job.info.k > 0 else None,
         counter_mismatch=mismatch,
+        spec_requests=len(outcome.counted) if job.info.k > 0 and engine_counts else None,
         run_key=key,
         models=models,
         dataset_digest=key_digest([asdict(r.problem) for r in job.requests]),
