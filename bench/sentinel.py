@@ -127,7 +127,7 @@ def bins(runs: pd.DataFrame) -> pd.DataFrame:
         half_beyond=("half_beyond", "sum"),
         judged=("moved", "count"),
         moved=("moved", "sum"),
-    )
+    ).astype(float)  # an empty bin's shares are NaN
     out["half_beyond_share"] = out["half_beyond"] / out["runs"]
     out["moved_share"] = out["moved"] / out["judged"]
     edges = pd.DataFrame({"drift_above": EDGES[:-1], "drift_up_to": EDGES[1:]})
