@@ -122,14 +122,19 @@ def bins(runs: pd.DataFrame) -> pd.DataFrame:
     interval and their share, judged runs, how many moved and their share."""
     paired = runs[runs["pairing"] == sentinel.INTERLEAVED]
     by = pd.cut(paired["drift"].abs(), list(EDGES), include_lowest=True)
-    out = paired.groupby(by, observed=False).agg(
-        runs=("run_id", "size"),
-        half_beyond=("half_beyond", "sum"),
-        judged=("moved", "count"),
-        moved=("moved", "sum"),
-    ).astype(float)  # an empty bin's shares are NaN
-    out["half_beyond_share"] = out["half_beyond"] / out["runs"]
-    out["moved_share"] = out["moved"] / out["judged"]
+    out = (
+        paired.groupby(by, observed=False)
+        .agg(
+            runs=("run_id", "size"),
+            half_beyond=("half_beyond", "sum"),
+            judged=("moved", "count"),
+            moved=("moved", "sum"),
+        )
+        .astype(int)
+    )
+    with np.errstate(invalid="ignore"):  # an empty bin's shares are NaN
+        out["half_beyond_share"] = out["half_beyond"] / out["runs"].astype(float)
+        out["moved_share"] = out["moved"] / out["judged"].astype(float)
     edges = pd.DataFrame({"drift_above": EDGES[:-1], "drift_up_to": EDGES[1:]})
     return pd.concat([edges, out.reset_index(drop=True)], axis=1)
 
