@@ -25,8 +25,8 @@ SUMMARY_KEYS = {
     *("dataset", "difficulty", "prompt_style", "concurrency", "seed", "temperature"),
     *("config", "config_hash", "versions", "hardware", "engine_start_s", "engine_reused"),
     *("engine_launches", "wall_s", "num_requests", "output_tokens", "output_tokens_per_s"),
-    *("spec", "counter_mismatch", "repeat", "method", "draft_sample_method", "pairing"),
-    *("reference", "backend", "request_rate", "k_schedule", "request_throughput"),
+    *("spec", "counter_mismatch", "spec_requests", "repeat", "method", "draft_sample_method"),
+    *("pairing", "reference", "backend", "request_rate", "k_schedule", "request_throughput"),
     *("instances", "synthetic_acceptance_length", "phases_s"),
     *("run_key", "models", "dataset_digest", "git", "command"),  # provenance
 }
