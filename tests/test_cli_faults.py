@@ -389,13 +389,14 @@ def test_a_full_disk_is_one_line_naming_the_folder(mode, tiny_overrides, nearly_
 def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     tiny_overrides, tmp_path
 ):
-    # a job of 2 answers that finishes, then one of 24 answers of 200 tokens: the second job
-    # runs for over ten seconds, so the move lands in it even when the test reads the job's
-    # first line late (a loaded machine)
-    grid = ["variant=cot", "dataset=synth_easy", "limit=2,24", "max_tokens=200",
+    # a job of 2 answers that finishes, then one of 80 answers of 200 tokens: the second job
+    # outlasts the bar's 10 s log interval (about 16,000 tokens; 24 answers took under 10 s
+    # with the engine in the harness's process), so the move lands in it even when the
+    # job's first line comes at that interval
+    grid = ["variant=cot", "dataset=synth_easy", "limit=2,80", "max_tokens=200",
             "calibrate=false"]  # fmt: skip
     proc = start_harness(["-m", *tiny_overrides, *grid])
-    _wait_for(proc, "stderr", "cot-synth_easy-k0-c1-s0-t0-n24:")
+    _wait_for(proc, "stderr", "cot-synth_easy-k0-c1-s0-t0-n80:")
     sweep = tmp_path / "results" / "tiny"
     sweep.rename(tmp_path / "moved")
     sweep.write_text("not a directory any more")
@@ -403,7 +404,7 @@ def test_a_results_dir_that_vanishes_mid_sweep_does_not_take_the_sweep_down(
     err = err.decode(errors="replace")
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    second = sweep / "cot-synth_easy-k0-c1-s0-t0-n24"
+    second = sweep / "cot-synth_easy-k0-c1-s0-t0-n80"
     assert f"could not write the results to {second}" in err
     assert f"could not record its failure in {sweep / results.FAILURES}" in err
     assert results.read_summary(tmp_path / "moved" / "cot-synth_easy-k0-c1-s0-t0-n2") is not None
