@@ -132,9 +132,8 @@ def bins(runs: pd.DataFrame) -> pd.DataFrame:
         )
         .astype(int)
     )
-    with np.errstate(invalid="ignore"):  # an empty bin's shares are NaN
-        out["half_beyond_share"] = out["half_beyond"] / out["runs"].astype(float)
-        out["moved_share"] = out["moved"] / out["judged"].astype(float)
+    out["half_beyond_share"] = out["half_beyond"] / out["runs"]  # an empty bin's: NaN
+    out["moved_share"] = out["moved"] / out["judged"]
     edges = pd.DataFrame({"drift_above": EDGES[:-1], "drift_up_to": EDGES[1:]})
     return pd.concat([edges, out.reset_index(drop=True)], axis=1)
 

@@ -261,14 +261,13 @@ def model_check(table: pd.DataFrame, fits: pd.DataFrame) -> str:
     )
 
 
-def _alpha_vllm(runs: pd.DataFrame, requests: pd.DataFrame) -> float:
+def _alpha_vllm(runs: pd.DataFrame, drafted: pd.Series) -> float:
     """Pooled a from the summaries' per-position counters, over the runs whose counters
-    cover every request: as many draft tokens as their requests drafted (an instance's
-    counters are lost to an engine started after the job's own, docs/METRICS.md); NaN
-    when no run's do."""
+    cover every request: as many draft tokens as ``drafted`` (by sweep_id and run_id)
+    says their requests drafted (an instance's counters are lost to an engine started
+    after the job's own, docs/METRICS.md); NaN when no run's do."""
     if "spec_accepted_per_pos" not in runs:
         return float("nan")
-    drafted = requests.groupby(["sweep_id", "run_id"])["num_draft_tokens"].sum()
     key = pd.MultiIndex.from_frame(runs[["sweep_id", "run_id"]])
     whole = runs["spec_num_draft_tokens"].to_numpy() == drafted.reindex(key).to_numpy()
     spec = runs[whole].dropna(subset=["spec_accepted_per_pos", "spec_num_drafts"])
@@ -289,6 +288,7 @@ def fit(
         return pd.DataFrame(columns=COLUMNS)
     spec_requests = aggregate.answered(requests[requests["k"] > 0])  # as every statistic
     by_config = aggregate.blocks(aggregate.with_sums(spec_requests), CONFIG)
+    drafted = requests.groupby(["sweep_id", "run_id"])["num_draft_tokens"].sum()
     rows = []
     for key, groups in spec.groupby(list(CONFIG), sort=True, dropna=False):
         labels = dict(zip(CONFIG, key, strict=True))
@@ -307,7 +307,7 @@ def fit(
                 "alpha": float(point[0]),
                 "alpha_lo": float(lo[0]),
                 "alpha_hi": float(hi[0]),
-                "alpha_vllm": _alpha_vllm(aggregate.select(runs, labels, CONFIG), requests),
+                "alpha_vllm": _alpha_vllm(aggregate.select(runs, labels, CONFIG), drafted),
                 "c": groups["c"].mean(),
                 "best_k_predicted": predicted[0] if predicted[1] is not None else -1,
                 "speedup_predicted": predicted[1],
