@@ -86,11 +86,15 @@ def _rate(r: pd.Series, name: str = "request_rate") -> str:
     return "–" if pd.isna(rate) else "closed" if rate == 0 else f"{rate:g}"
 
 
+def _scheduled(r: pd.Series, text: str) -> str:
+    """``text`` with the row's K schedule when it had one."""
+    return text if r["k_schedule"] == "none" else f"{text}, K by batch {r['k_schedule']}"
+
+
 def _load(r: pd.Series) -> str:
     """How a group's requests were served: offline, or a server at a rate (closed loop
     otherwise), with its K schedule when it had one."""
-    text = f"{r['backend']} {_rate(r)}" if streamed(r["backend"]) else r["backend"]
-    return text if r["k_schedule"] == "none" else f"{text}, K by batch {r['k_schedule']}"
+    return _scheduled(r, f"{r['backend']} {_rate(r)}" if streamed(r["backend"]) else r["backend"])
 
 
 ALL_GROUPS: list[Column] = [
@@ -184,7 +188,7 @@ SERVING: list[Column] = [
 ]  # fmt: skip
 CROSSOVER: list[Column] = [
     ("dataset", _col("dataset")),
-    ("variant", _col("variant")),
+    ("variant", lambda r: _scheduled(r, r["variant"])),
     ("K", _col("k")),
     ("load", _col("axis")),
     ("loads run", _col("loads")),

@@ -174,21 +174,23 @@ def crossovers(table: pd.DataFrame) -> pd.DataFrame:
     predicted speedup falls to 1 (:func:`crossing`), and the same along the predicted
     speedups with every position's acceptance at its CI's low and high end (its interval;
     a NaN high end: the upper curve stays above 1 over the loads run)."""
-    columns = [*CONFIGURATION, "axis", "loads", "helps_up_to", "first_below_1", "hurts_from",
-               *PREDICTED_CROSSOVER]  # fmt: skip
+    columns = [*CONFIGURATION, "k_schedule", "axis", "loads", "helps_up_to", "first_below_1",
+               "hurts_from", *PREDICTED_CROSSOVER]  # fmt: skip
     if table.empty:
         return pd.DataFrame(columns=columns)
     rows = table[table["backend"].map(streamed) & (table["k"] > 0)]
     rows = rows[rows["speedup_tpot"].notna()]
     out = []
     open_loop = rows[rows["request_rate"] != CLOSED_LOOP]
-    for key, g in open_loop.groupby(CONFIGURATION, sort=True):
+    configuration = [*CONFIGURATION, "k_schedule"]  # a K schedule is a configuration of its own
+    for key, g in open_loop.groupby(configuration, sort=True):
         if g["request_rate"].nunique() > 1:
-            out.append({**dict(zip(CONFIGURATION, key, strict=True)), "axis": RATE,
+            out.append({**dict(zip(configuration, key, strict=True)), "axis": RATE,
                         **_along(g, "request_rate")})  # fmt: skip
     closed = rows[rows["request_rate"] == CLOSED_LOOP]
-    for sweeps, key, g in by_concurrency(closed, ["variant", "dataset", "k"]):
-        out.append({"sweep_id": sweeps, **dict(zip(["variant", "dataset", "k"], key, strict=True)),
+    along = ["variant", "dataset", "k", "k_schedule"]
+    for sweeps, key, g in by_concurrency(closed, along):
+        out.append({"sweep_id": sweeps, **dict(zip(along, key, strict=True)),
                     "concurrency": np.nan, "axis": IN_FLIGHT,
                     **_along(g, "concurrency")})  # fmt: skip
     return pd.DataFrame(out, columns=columns)

@@ -250,6 +250,25 @@ def _job(concurrency: int) -> run_fixtures.Job:
     return run_fixtures.Job("s", v, "synth_easy", "easy", 2, concurrency=concurrency)
 
 
+def test_a_k_schedule_is_a_crossover_of_its_own_along_the_sweeps_that_ran_it():
+    """A fixed K and a K schedule of one speculator, each at 1 and 4 in flight in one sweep
+    and 16 in another: two crossover rows, each along all three loads."""
+    nan = float("nan")
+    runs = {("closed", "none"): (1.3, 1.1, 0.7), ("schedule", "1-8k3_9-16k0"): (1.3, 1.1, 0.95)}
+    table = pd.DataFrame([
+        _row(3, c, nan, speedup, sweep_id=sweep if c < 16 else f"{sweep}-saturated",
+             k_schedule=k_schedule)
+        for (sweep, k_schedule), speedups in runs.items()
+        for c, speedup in zip((1, 4, 16), speedups, strict=True)
+    ])  # fmt: skip
+    cross = serving.crossovers(table).set_index("k_schedule")
+    assert list(cross["loads"]) == ["1, 4, 16", "1, 4, 16"]
+    assert cross.loc["none", "sweep_id"] == "closed, closed-saturated"
+    assert (cross.loc["none", "first_below_1"], cross.loc["none", "hurts_from"]) == (16, 16)
+    assert cross.loc["1-8k3_9-16k0", "first_below_1"] == 16
+    assert np.isnan(cross.loc["1-8k3_9-16k0", "hurts_from"])  # 0.95 [0.85, 1.05]
+
+
 def test_the_predicted_crossover_is_where_the_predicted_speedup_falls_to_1(tmp_path):
     rates = (0.5, 1.0, 2.0, 4.0)
     _serving_sweep(tmp_path, rates=rates)
