@@ -237,11 +237,25 @@ def test_an_open_loop_jobs_engines_are_calibrated_at_the_batch_sizes_load_produc
     closed = compose_config(["variant=cot_sd", "spec.k=1", "backend=server", "concurrency=12"])
     assert calibrate.levels(served) == {1, 2, 4, 8, 12} and calibrate.levels(closed) == {12}
     found = calibrate.entries([served])
-    job, target = calibrate.job_entry(served), EngineSpec.baseline(served)
+    job, target = calibrate.job_entry(served), EngineSpec.baseline(served).laid_out(True)
     assert found[job] == {1, 2, 4, 8, 12}
     assert [c for e, c in found.items() if e.spec == target] == [{1, 2, 4, 8, 12}]
     drafts = [c for e, c in found.items() if e.k == 0 and e.draft is None and e.spec != target]
     assert drafts == [{12}]  # the draft as a target prices c, at the cap
+
+
+def test_a_server_jobs_engines_are_timed_as_its_servers_run_them():
+    """A server's engine core runs in processes of its own, so its calibration's engines do
+    too; an offline job's are timed as they run (``engine=cpu``: in the harness's process)."""
+    served = compose_config(["variant=cot_sd", "spec.k=3", "backend=server", "concurrency=4"])
+    offline = compose_config(["variant=cot_sd", "spec.k=3", "concurrency=4"])
+    found, alone = calibrate.entries([served]), calibrate.entries([offline])
+    assert len(found) == len(alone) == 3  # the job's engine, its plain target, its draft alone
+    assert all(e.spec.multiprocessing() for e in found)
+    assert not any(e.spec.multiprocessing() for e in alone)
+    # the same engines otherwise; the layout is in the calibration file's key
+    assert {e.spec.laid_out(True) for e in alone} == {e.spec for e in found}
+    assert {record.cache_key(e) for e in found}.isdisjoint(record.cache_key(e) for e in alone)
 
 
 def test_a_speculative_job_without_a_k0_job_still_calibrates_its_plain_target():

@@ -81,6 +81,11 @@ class Backend(ABC):
     def launches(self) -> int:
         """Engines or servers of its kind this process has started so far."""
 
+    def timed(self, spec: Any) -> Any:
+        """The engine spec a calibration times to price this backend's steps: ``spec`` laid
+        out as this backend runs it (its own, offline)."""
+        return spec
+
     def in_process(self, generator: Generator) -> Any | None:
         """The ``vllm.LLM`` behind ``generator`` when it steps in this process (calibration
         and the drift sentinel time its steps), else None."""

@@ -94,6 +94,11 @@ class EngineSpec:
         """One model without a draft (k = 0); ``settings`` is the ``engine`` config group."""
         return cls(resolve_model(model), None, 0, tuple(sorted(settings.items())))
 
+    def laid_out(self, multiprocessing: bool) -> EngineSpec:
+        """This spec with ``engine.multiprocessing`` set (:meth:`multiprocessing`)."""
+        s = dict(self.settings) | {"multiprocessing": multiprocessing}
+        return replace(self, settings=tuple(sorted(s.items())))
+
     def sharing(self, engines: int) -> EngineSpec:
         """This spec as one of ``engines`` engines on the same GPUs: each with that share of
         ``gpu_memory_utilization`` (vLLM claims it per engine); unchanged on CPU."""

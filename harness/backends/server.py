@@ -492,6 +492,11 @@ class _Servers(Backend):
     def launches(self) -> int:
         return live.launches(SERVER)
 
+    def timed(self, spec: Any) -> Any:
+        """``spec`` in processes of its own: a server's engine core never steps in the
+        process that serves its API."""
+        return spec.laid_out(multiprocessing=True)
+
 
 class Started(_Servers):
     """Servers started here per engine spec (their logs in ``logs``), kept in the live cache."""

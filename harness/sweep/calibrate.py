@@ -17,7 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import grid, provenance, speculators
+from harness import backends, grid, provenance, speculators
 from harness.calibration.record import (
     CALIBRATION,
     Entry,
@@ -45,12 +45,14 @@ def speculation_off(entry: Entry) -> Entry:
 
 def job_entry(cfg: Any, spec: Any = None) -> Entry:
     """The engine spec of a composed job config (``spec`` when given: the one the job
-    runs), under the job's model names; a what-if spec as its speculator's own (a step
-    costs the same whichever drafts are accepted)."""
+    runs), under the job's model names, laid out as its backend runs it
+    (:meth:`Backend.timed`); a what-if spec as its speculator's own (a step costs the same
+    whichever drafts are accepted)."""
     from harness.backends.engine import EngineSpec
     from harness.sweep.runner import speculator
 
-    spec = replace(spec or EngineSpec.from_config(cfg), synthetic_acceptance_length=None)
+    spec = spec or EngineSpec.from_config(cfg)
+    spec = backends.of(cfg).timed(replace(spec, synthetic_acceptance_length=None))
     return Entry(cfg.models.targets[cfg.variant.target], speculator(cfg), spec.k, spec)
 
 
@@ -80,7 +82,7 @@ def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
         wanted.setdefault(job, set()).update(levels(cfg))
         if job.k == 0:
             continue
-        target = Entry(job.target, None, 0, EngineSpec.baseline(cfg))
+        target = Entry(job.target, None, 0, backends.of(cfg).timed(EngineSpec.baseline(cfg)))
         wanted.setdefault(target, set()).update(levels(cfg))
         family = speculators.get(job.spec.method)
         if family.timed_as_target:
@@ -186,7 +188,7 @@ def run(overrides: list[str]) -> list[Path]:
 
     planned = planned_jobs(overrides)
     cfgs = [cfg for cfg, _ in planned]
-    beside = {job_entry(cfg): job.baseline for cfg, job in planned
+    beside = {job_entry(cfg): backends.of(cfg).timed(job.baseline) for cfg, job in planned
               if cfg.spec.k > 0 and job.baseline is not None}  # fmt: skip
     sweep = results.sweep_dir(cfgs[0])
     results.lock_sweep(sweep)
