@@ -5,7 +5,8 @@ directory's ``manifest.json`` cache key (``harness.manifest``) plus a fingerprin
 config, tokenizer and generation files (contents) and weight files (names, sizes,
 mtimes), so retrained or swapped weights change it even under an unchanged manifest; a
 hub id with the revision cached locally (else the id alone). Its ``digest`` goes into
-the run key (``harness.sweep.job``); the whole dict into ``summary.json``.
+the run key (``harness.sweep.job``); the whole dict into ``summary.json``, with what the
+manifest says of its training (``training``: outside the digest, which the key covers).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from harness.checks import WEIGHT_SUFFIXES, looks_local
 from harness.files import file_digest, key_digest
-from harness.manifest import read_manifest
+from harness.manifest import Manifest, read_manifest
 
 # Files whose contents shape what the engine computes (besides the weights).
 CONTENT_FILES = (
@@ -78,9 +79,22 @@ def model_identity(name: str) -> dict[str, Any]:
             "manifest_key": manifest.key if manifest else None,
             "files": key_digest(_files_fingerprint(model_dir)),
         }
-    else:
-        identity = {"model": name, "revision": _cached_revision(name)}
+        return {**identity, "digest": key_digest(identity), "training": training(manifest)}
+    identity = {"model": name, "revision": _cached_revision(name)}
     return {**identity, "digest": key_digest(identity)}
+
+
+def training(manifest: Manifest | None) -> dict[str, Any] | None:
+    """How a model built here was trained, from its manifest: examples, optimiser steps,
+    training seconds and, for a head, its held-back accuracy per draft step."""
+    if manifest is None:
+        return None
+    return {
+        "examples": manifest.examples,
+        "steps": manifest.steps,
+        "train_seconds": manifest.train_seconds,
+        "eval_accuracy": manifest.eval_accuracy,
+    }
 
 
 def versions() -> dict[str, str | None]:

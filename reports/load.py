@@ -47,6 +47,9 @@ REAL_ACCEPTANCE = 0.0
 NO_DRAFT = "none"  # the draft column's value for variants without a draft
 ROLE = "target_role"  # the target's key in the config (base | cot | cod); ``target`` is its model
 PROBLEM_SET = ("limit", "dataset_digest")  # added to every request and run (problem_set)
+# what the draft's manifest says of its training (``provenance.training``): runs columns
+# ``draft_examples``, ..., null for a draft without one and runs recorded before
+DRAFT_TRAINING = ("examples", "steps", "train_seconds", "eval_accuracy")
 
 
 @dataclass(frozen=True)
@@ -172,8 +175,9 @@ def _read_job(job: Path) -> tuple[pa.Table, dict[str, Any]] | Skipped:
 
 def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
     """One flat runs-table row: scalars as they are, the fields of the other :data:`NESTED`
-    dicts prefixed with their key (``spec_accepted_per_pos`` stays a list), and the config's
-    ``max_tokens``, ``pair_window`` and SLO bounds (``slo_ttft_ms``, ...)."""
+    dicts prefixed with their key (``spec_accepted_per_pos`` stays a list), the config's
+    ``max_tokens``, ``pair_window`` and SLO bounds (``slo_ttft_ms``, ...), and the draft's
+    training (:data:`DRAFT_TRAINING`)."""
     row: dict[str, Any] = {k: v for k, v in summary.items() if k not in NESTED}
     for key in NESTED[1:]:
         for name, value in (summary.get(key) or {}).items():
@@ -185,6 +189,11 @@ def run_row(summary: dict[str, Any], path: Path) -> dict[str, Any]:
     row["pair_window"] = config.get("pair_window")
     slo = config.get("slo") or {}
     row |= {f"slo_{name}": slo.get(name) for name in metrics.SLO_BOUNDS}
+    drafts = [
+        m for key, m in (summary.get("models") or {}).items() if key.startswith("models.drafts.")
+    ]
+    training = (drafts[0].get("training") if drafts else None) or {}
+    row |= {f"draft_{name}": training.get(name) for name in DRAFT_TRAINING}
     row["path"] = str(path)
     return row
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness import metrics
 from harness.backends import streamed
-from reports import aggregate, hypotheses, sentinel, serving, theory, whatif
+from reports import aggregate, hypotheses, load, sentinel, serving, theory, whatif
 from reports.plotting import Shown
 
 if TYPE_CHECKING:
@@ -576,6 +576,38 @@ def _instances(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
                          ("measured s", lambda r: num(r["wall_s"], 1))]), ""]  # fmt: skip
 
 
+def _training(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """The rows of each trained speculator that ran with more than one training set, beside
+    what its manifest says it was trained on."""
+    columns = [f"draft_{name}" for name in load.DRAFT_TRAINING]
+    if "draft_examples" not in runs or runs["draft_examples"].isna().all():
+        return []
+    group = list(aggregate.GROUP)
+    trained = runs.astype({c: table_[c].dtype for c in group}).dropna(subset=["draft_examples"])
+    rows = table_.merge(
+        trained.groupby(group, dropna=False)[columns].first().reset_index(), on=group
+    )
+    rows = rows[rows.groupby("variant")["draft_examples"].transform("nunique") > 1]
+    if rows.empty:
+        return []
+    rows = rows.sort_values(["variant", "draft_examples", "k", "series"])
+    return ["## Speculators against their training data", "",
+            "Each trained speculator that ran with more than one training set, by the "
+            "number of examples it was trained on (its manifest: for a head, its target's "
+            "own answers), its optimiser steps, training seconds and held-back accuracy per "
+            "draft step (measured on each build's own held-back answers, so not comparable "
+            "across builds; acceptance is, on the same problems).", "",
+            table(rows, [("variant", _col("series")), ("examples", lambda r: f"{r['draft_examples']:,.0f}"),
+                         ("steps", lambda r: f"{r['draft_steps']:.0f}"),
+                         ("train s", lambda r: num(r["draft_train_seconds"], 0)),
+                         ("held-back accuracy", lambda r: " / ".join(
+                             f"{a:.2f}" for a in r["draft_eval_accuracy"] or [])),
+                         ("K", _col("k")), ("N", _col("instances")),
+                         ("acceptance", lambda r: ci(r, "acceptance_rate", 3)),
+                         ("mean acceptance length", lambda r: ci(r, "mean_acceptance_length", 2)),
+                         ("TPOT speedup", lambda r: ci(r, "speedup_tpot", 3))]), ""]  # fmt: skip
+
+
 def _outcome(r: pd.Series) -> str:
     """What became of a flagged run."""
     if not r["reruns"]:
@@ -669,6 +701,7 @@ def report(
         table(t.headline, HEADLINE),
         "",
         *_instances(t.table, t.runs),
+        *_training(t.table, t.runs),
         "## Analytical model vs measurement",
         "",
         "Cost model: predicted TPOT speedup = E x T_target / T_step(K), E from the row's "

@@ -60,6 +60,23 @@ def test_swapped_weights_change_the_identity_even_under_the_same_manifest(own_pa
     assert provenance.model_identity(str(target)) == after
 
 
+def test_the_identity_carries_the_manifests_training_outside_its_digest(own_pair):
+    target, _ = own_pair
+    write_manifest(
+        target, Manifest("eagle3_cot", "eagle3", "", "k", "d", {}, 150, None, None, 60.0, 200)
+    )
+    before = provenance.model_identity(str(target))
+    more = Manifest(
+        "eagle3_cot", "eagle3", "", "k", "d", {}, 150, None, None, 90.0, 3000, "", [0.6]
+    )
+    write_manifest(target, more)  # same key: the key, not these counts, decides a re-run
+    after = provenance.model_identity(str(target))
+    assert before["training"]["examples"] == 200 and before["training"]["train_seconds"] == 60.0
+    assert after["training"] == {"examples": 3000, "steps": 150, "train_seconds": 90.0,
+                                 "eval_accuracy": [0.6]}  # fmt: skip
+    assert after["digest"] == before["digest"]
+
+
 def test_a_hub_id_without_a_cached_copy_is_its_name():
     identity = provenance.model_identity("no-such-org/no-such-model")
     assert identity["model"] == "no-such-org/no-such-model" and identity["revision"] is None

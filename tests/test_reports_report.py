@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shutil
@@ -12,6 +13,7 @@ import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 
+from harness import results as harness_results
 from reports import figures
 from reports.__main__ import add_cli_args, main
 from reports.report import make_report
@@ -123,6 +125,29 @@ def test_partial_sweep_without_speculation_skips_those_parts(tmp_path):
     assert "Not testable with these runs: needs a draft variant at K > 0" in text
     assert "acceptance vs k**: skipped, no speculative runs (K > 0)" in text
     assert (tmp_path / "out" / "figures" / "accuracy_by_variant.png").is_file()
+
+
+def test_a_speculator_trained_on_several_sets_is_shown_against_them(tiny_report, tmp_path):
+    for sweep, examples in (("a3000", 3000), ("a200", 200)):
+        training = {"examples": examples, "steps": examples // 2, "train_seconds": 61.0,
+                    "eval_accuracy": [0.61, 0.5]}  # fmt: skip
+        for name, k in (("cot", 0), ("cot_sd", 2)):
+            job = run_fixtures.Job(sweep, V[name], "synth_easy", "easy", k, n_problems=20)
+            recs = run_fixtures.records(job)
+            models = {"models.drafts.cot": {"model": "d", "digest": "x", "training": training}}
+            summary = dataclasses.replace(
+                run_fixtures.summary(job, recs), models=models if k else {}
+            )
+            harness_results.write_job(tmp_path / "res" / sweep / job.name, recs, summary)
+    text = make_report(tmp_path / "res", tmp_path / "out", n_boot=50).read_text()
+    section = text.split("## Speculators against their training data")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| a")]
+    assert [r[:3] for r in rows] == [
+        ["| a200/cot_sd", "200", "100"],
+        ["| a3000/cot_sd", "3,000", "1500"],
+    ]
+    assert all(r[3:6] == ["61", "0.61 / 0.50", "2"] for r in rows)
+    assert "training data" not in tiny_report.read_text()  # one training set: no section
 
 
 def _run(argv: list[str]) -> int:
