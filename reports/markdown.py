@@ -577,8 +577,8 @@ def _instances(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
 
 
 def _training(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
-    """The rows of each trained speculator that ran with more than one training set, beside
-    what its manifest says it was trained on."""
+    """The rows of each trained speculator (a target's variant) that ran with more than one
+    training set, beside what its manifest says it was trained on."""
     columns = [f"draft_{name}" for name in load.DRAFT_TRAINING]
     if "draft_examples" not in runs or runs["draft_examples"].isna().all():
         return []
@@ -587,10 +587,10 @@ def _training(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     rows = table_.merge(
         trained.groupby(group, dropna=False)[columns].first().reset_index(), on=group
     )
-    rows = rows[rows.groupby("variant")["draft_examples"].transform("nunique") > 1]
+    rows = rows[rows.groupby(["target", "variant"])["draft_examples"].transform("nunique") > 1]
     if rows.empty:
         return []
-    rows = rows.sort_values(["variant", "draft_examples", "k", "series"])
+    rows = rows.sort_values(["target", "variant", "draft_examples", "k", "series"])
     return ["## Speculators against their training data", "",
             "Each trained speculator that ran with more than one training set, by the "
             "number of examples it was trained on (its manifest: for a head, its target's "
@@ -598,10 +598,10 @@ def _training(table_: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
             "draft step (measured on each build's own held-back answers, so not comparable "
             "across builds; acceptance is, on the same problems).", "",
             table(rows, [("variant", _col("series")), ("examples", lambda r: f"{r['draft_examples']:,.0f}"),
-                         ("steps", lambda r: f"{r['draft_steps']:.0f}"),
+                         ("steps", lambda r: f"{r['draft_steps']:,.0f}"),
                          ("train s", lambda r: num(r["draft_train_seconds"], 0)),
                          ("held-back accuracy", lambda r: " / ".join(
-                             f"{a:.2f}" for a in r["draft_eval_accuracy"] or [])),
+                             f"{a:.2f}" for a in r["draft_eval_accuracy"] or []) or "–"),
                          ("K", _col("k")), ("N", _col("instances")),
                          ("acceptance", lambda r: ci(r, "acceptance_rate", 3)),
                          ("mean acceptance length", lambda r: ci(r, "mean_acceptance_length", 2)),

@@ -11,6 +11,7 @@ from harness.backends.engine import EngineSpec
 from harness.calibration import record, timing
 from harness.calibration.timing import decode_timing, per_unit_s, token_units
 from harness.config import compose_config
+from harness.errors import ConfigError
 from harness.manifest import Manifest, write_manifest
 from harness.sweep import calibrate
 
@@ -217,8 +218,7 @@ def test_a_speculator_run_at_several_concurrencies_is_also_calibrated_with_specu
 
     cfgs = [cfg("cot_sd", f"spec.k={k}", f"concurrency={c}") for k in (1, 3) for c in (1, 4)]
     cfgs += [cfg("cot_sd", "spec.k=3", "spec.k_schedule=[[1,2,3],[3,32,0]]", "concurrency=16"),
-             cfg("cod_sd", "spec.k=1"), cfg("cot", "concurrency=8"),
-             cfg("cot_sd", "spec.k=1", "backend=server", "request_rate=2", "concurrency=32")]  # fmt: skip
+             cfg("cod_sd", "spec.k=1"), cfg("cot", "concurrency=8")]  # fmt: skip
     # suffix decoding drafts only at its own K (vLLM's proposer): no schedule, no K = 0 level
     cfgs += [cfg("cot_suffix", "spec.k=3", f"concurrency={c}") for c in (1, 4)]
     off = {e: c for e, c in calibrate.entries(cfgs).items() if e.k == 0 and e.k_schedule}
@@ -229,6 +229,11 @@ def test_a_speculator_run_at_several_concurrencies_is_also_calibrated_with_specu
     speculative = entry.spec.llm_kwargs()["speculative_config"]
     assert speculative["num_speculative_tokens_per_batch_size"] == [[1, batch, 0]]
     assert speculative["model"] == entry.spec.draft
+    # an open-loop job's batch size follows the load: no level to time speculation off at
+    served = [cfg("cot_sd", "spec.k=1", "backend=server", *load)
+              for load in (["request_rate=2", "concurrency=32"], ["concurrency=1"], ["concurrency=4"])]  # fmt: skip
+    (levels,) = [c for e, c in calibrate.entries(served).items() if e.k == 0 and e.k_schedule]
+    assert levels == {1, 4}
 
 
 def test_an_open_loop_jobs_engines_are_calibrated_at_the_batch_sizes_load_produces():
@@ -256,6 +261,13 @@ def test_a_server_jobs_engines_are_timed_as_its_servers_run_them():
     # the same engines otherwise; the layout is in the calibration file's key
     assert {e.spec.laid_out(True) for e in alone} == {e.spec for e in found}
     assert {record.cache_key(e) for e in found}.isdisjoint(record.cache_key(e) for e in alone)
+
+
+def test_a_sweep_running_one_engine_in_two_layouts_is_refused_before_any_timing():
+    served = compose_config(["variant=cot_sd", "spec.k=3", "backend=server", "concurrency=4"])
+    offline = compose_config(["variant=cot_sd", "spec.k=3", "concurrency=4"])
+    with pytest.raises(ConfigError, match=r"engine\.multiprocessing=.*separate sweeps"):
+        calibrate.entries([offline, served])  # one file per engine: each would delete the other
 
 
 def test_a_speculative_job_without_a_k0_job_still_calibrates_its_plain_target():

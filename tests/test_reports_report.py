@@ -127,8 +127,10 @@ def test_partial_sweep_without_speculation_skips_those_parts(tmp_path):
     assert (tmp_path / "out" / "figures" / "accuracy_by_variant.png").is_file()
 
 
-def test_a_speculator_trained_on_several_sets_is_shown_against_them(tiny_report, tmp_path):
-    for sweep, examples in (("a3000", 3000), ("a200", 200)):
+def _trained(root, sweeps: dict[str, int]) -> str:
+    """REPORT.md of cot_sd at K = 2 beside cot in each sweep, its draft trained on
+    ``sweeps[sweep]`` examples."""
+    for sweep, examples in sweeps.items():
         training = {"examples": examples, "steps": examples // 2, "train_seconds": 61.0,
                     "eval_accuracy": [0.61, 0.5]}  # fmt: skip
         for name, k in (("cot", 0), ("cot_sd", 2)):
@@ -138,16 +140,23 @@ def test_a_speculator_trained_on_several_sets_is_shown_against_them(tiny_report,
             summary = dataclasses.replace(
                 run_fixtures.summary(job, recs), models=models if k else {}
             )
-            harness_results.write_job(tmp_path / "res" / sweep / job.name, recs, summary)
-    text = make_report(tmp_path / "res", tmp_path / "out", n_boot=50).read_text()
+            harness_results.write_job(root / "res" / sweep / job.name, recs, summary)
+    return make_report(root / "res", root / "out", n_boot=50).read_text()
+
+
+def test_a_speculator_trained_on_several_sets_is_shown_against_them(tmp_path):
+    text = _trained(tmp_path, {"a3000": 3000, "a200": 200})
     section = text.split("## Speculators against their training data")[1].split("\n## ")[0]
     rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| a")]
     assert [r[:3] for r in rows] == [
         ["| a200/cot_sd", "200", "100"],
-        ["| a3000/cot_sd", "3,000", "1500"],
+        ["| a3000/cot_sd", "3,000", "1,500"],
     ]
     assert all(r[3:6] == ["61", "0.61 / 0.50", "2"] for r in rows)
-    assert "training data" not in tiny_report.read_text()  # one training set: no section
+
+
+def test_one_training_set_per_speculator_shows_no_training_section(tmp_path):
+    assert "training data" not in _trained(tmp_path, {"a": 200, "b": 200})
 
 
 def _run(argv: list[str]) -> int:

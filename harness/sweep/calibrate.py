@@ -29,6 +29,7 @@ from harness.calibration.record import (
 )
 from harness.calibration.timing import describe, measure, without_drafts
 from harness.checks import command
+from harness.errors import ConfigError
 
 if TYPE_CHECKING:
     from harness.sweep.runner import PreparedJob
@@ -90,7 +91,33 @@ def entries(cfgs: Iterable[Any]) -> dict[Entry, set[int]]:
             wanted.setdefault(Entry(str(job.draft), None, 0, plain), set()).add(cfg.concurrency)
         if not job.spec.k_schedule and cfg.request_rate is None and family.follows_k_schedule:
             off.setdefault(speculation_off(job), set()).add(cfg.concurrency)
-    return wanted | {entry: levels for entry, levels in off.items() if len(levels) > 1}
+    found = wanted | {entry: levels for entry, levels in off.items() if len(levels) > 1}
+    _one_spec_per_file(found)
+    return found
+
+
+def _one_spec_per_file(found: Iterable[Entry]) -> None:
+    """Refuse two engine specs a sweep's calibration would file under one target, draft, K
+    and K schedule (each file replaces the other's: ``record.replace_stale``).
+
+    Raises:
+        ConfigError: naming the entry and how its two specs differ.
+    """
+    seen: dict[tuple, Entry] = {}
+    for entry in found:
+        about = (entry.target, entry.draft, entry.k, entry.k_schedule)
+        if (other := seen.setdefault(about, entry)) is not entry:
+            a, b = dict(other.spec.settings), dict(entry.spec.settings)
+            keys = sorted(a.keys() | b.keys())
+            differ = ", ".join(
+                f"engine.{k}={a.get(k)} / {b.get(k)}" for k in keys if a.get(k) != b.get(k)
+            )
+            raise ConfigError(
+                f"calibration: this sweep runs {entry.target} draft={entry.draft} K={entry.k} "
+                f"as two engines ({differ or 'their engine arguments'}; a server's are timed in "
+                "processes of their own), and one calibration file holds one: run them as "
+                "separate sweeps (sweep=<name>) or with calibrate=false"
+            )
 
 
 def calibrate(
