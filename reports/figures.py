@@ -44,7 +44,10 @@ def fig_forest(t: ReportTables) -> Figure | None:
         return None
     order = ["sweep_id", "dataset", "_kind", "series", "instances", "k", "k_schedule",
              "concurrency", "request_rate", "synthetic_acceptance_length"]  # fmt: skip
-    rows = rows.sort_values([c for c in order if c in rows]).assign(y=np.arange(len(rows)))
+    rank = {s: i for i, s in enumerate(plotting.sweeps(rows))}
+    rows = rows.sort_values(
+        [c for c in order if c in rows], key=lambda c: c.map(rank) if c.name == "sweep_id" else c
+    ).assign(y=np.arange(len(rows)))
     varying = {c for c in ("concurrency", "request_rate", "pairing", "instances", "n_repeats")
                if c in rows and rows[c].nunique() > 1}  # fmt: skip
     labels = [_forest_label(r, varying) for _, r in rows.iterrows()]

@@ -8,6 +8,7 @@ figure or recording why it was skipped.
 
 from __future__ import annotations
 
+import re
 import textwrap
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -44,7 +45,8 @@ COLORS = {"base": "#7f7f7f", "cot": "#4c8bd6", "cod": "#f28e2b", "cot_sd": "#0b3
           "cod_sd": "#b3470f", "cot_eagle3": "#6a3d9a", "cod_eagle3": "#b294c7",
           "cot_ngram": "#33a02c", "cod_ngram": "#98d176", "cot_suffix": "#c2185b",
           "cod_suffix": "#f48fb1", "base_cot": "#17becf", "base_cod": "#bcbd22",
-          "base_cot_ngram": "#006d6f", "base_cod_ngram": "#6b6b00"}  # fmt: skip
+          "base_cot_ngram": "#006d6f", "base_cod_ngram": "#6b6b00",
+          "base_cot_suffix": "#880e4f", "base_cod_suffix": "#ad1457"}  # fmt: skip
 PALETTE = plt.get_cmap("tab10").colors
 MARKERS = "osD^vP<>"  # one per sweep of a figure, in order
 HATCHES = ("", "//", "..", "xx", "\\\\", "oo")  # a bar's, one per sweep, as MARKERS
@@ -191,8 +193,14 @@ def bar_style(series: str, sweeps: Sequence[str]) -> dict[str, Any]:
 
 
 def sweeps(df: pd.DataFrame) -> list[str]:
-    """A figure's sweeps, in the order their markers follow."""
-    return sorted(df["sweep_id"].unique())
+    """A figure's sweeps, in the order their markers follow: numbers in their names by
+    value (a200 before a1000)."""
+    return sorted(df["sweep_id"].unique(), key=natural)
+
+
+def natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """The sort key of ``name`` with its runs of digits compared as numbers."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
 
 
 def instances(df: pd.DataFrame) -> pd.Series:

@@ -74,6 +74,17 @@ def test_forest_has_a_row_per_comparison_over_the_aa_band_and_leads_the_report(
     assert text.split("## Figures\n\n", 1)[1].startswith("**2. ")
 
 
+@pytest.mark.usefixtures("unrasterized")
+def test_forest_orders_sweeps_with_numbers_by_value(tmp_path):
+    t = _sweep(tmp_path, "interleaved", sweeps=("a1000", "a200"))
+    assert plotting.sweeps(t.table) == ["a200", "a1000"]  # not "a1000" < "a200"
+    ax = figures.fig_forest(t).axes[0]
+    rows = sorted((y, c.lines[0].get_marker()) for c in ax.containers
+                  for y in c.lines[0].get_ydata())  # fmt: skip
+    assert [m for _, m in rows] == [plotting.MARKERS[0]] * 3 + [plotting.MARKERS[1]] * 3
+    plt.close("all")
+
+
 def test_without_a_model_or_an_aa_check_titles_say_nothing_of_them(sequential):
     t = sequential  # no calibration: no predicted speedup
     forest = figures.fig_forest(t)
