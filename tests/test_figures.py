@@ -147,10 +147,10 @@ def test_series_of_one_colour_differ_in_marker_by_sweep_and_line_by_instances():
     lines = {label: (style["color"], style["marker"], style["ls"])
              for label, style, _ in plotting.traces(rows, rows)}  # fmt: skip
     purple = plotting.color("cod_eagle3")
-    assert lines == {"a1000/cod_eagle3, N=1": (purple, "o", "-"),
-                     "a200/cod_eagle3, N=1": (purple, "s", "-"),
-                     "a500/cod_eagle3, N=1": (purple, "D", "-"),
-                     "a500/cod_eagle3, N=4": (purple, "D", ":")}  # fmt: skip
+    assert lines == {"a200/cod_eagle3, N=1": (purple, "o", "-"),  # sweeps by their numbers
+                     "a500/cod_eagle3, N=1": (purple, "s", "-"),
+                     "a1000/cod_eagle3, N=1": (purple, "D", "-"),
+                     "a500/cod_eagle3, N=4": (purple, "s", ":")}  # fmt: skip
 
 
 @pytest.mark.usefixtures("unrasterized")
