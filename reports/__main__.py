@@ -129,12 +129,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: --results-dir={args.results_dir}: no such directory", file=sys.stderr)
         return 2
     if args.k_schedules:
-        from reports import load, serving, tables
+        from reports import load, tables
 
         found = tables.build_tables(
             load.load(args.results_dir, args.sweeps), args.bootstrap, slo=slo
         )
-        for overrides in serving.k_schedules(found.table)["overrides"]:
+        for overrides in found.schedules["overrides"]:
             print(overrides)
         return 0
     name = args.name or ("+".join(args.sweeps) if args.sweeps else "all")

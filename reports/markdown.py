@@ -255,7 +255,9 @@ def _schedules(schedules: pd.DataFrame, checks: pd.DataFrame) -> list[str]:
            "target alone where `python -m harness.sweep.calibrate` has not measured it); "
            "each level's K holds from halfway (geometrically) after the level below to halfway "
            "before the level above, in the form vLLM takes as "
-           "`speculative_config.num_speculative_tokens_per_batch_size` (`spec.k_schedule`).", "",
+           "`speculative_config.num_speculative_tokens_per_batch_size` (`spec.k_schedule`). "
+           "A speculator whose vLLM proposer drafts only at the K it was started with (suffix "
+           "decoding) gets none.", "",
            table(schedules, SCHEDULES), ""]  # fmt: skip
     if not checks.empty:
         out += ["Each schedule's own run beside the best fixed K measured at the same "

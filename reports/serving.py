@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import schedule
+from harness import schedule, speculators
 from harness.backends import streamed
 from reports.aggregate import BASELINE, FAILED, GROUP, windows
 from reports.load import CLOSED_LOOP, FIXED_K
+from reports.plotting import natural
 
 CONFIGURATION = ["sweep_id", "variant", "dataset", "k", "concurrency"]
 BATCH = ("batch_size", "baseline_batch_size")  # the columns :func:`with_batch_sizes` adds
@@ -209,7 +210,7 @@ def by_concurrency(
         groups = [g for _, g in rows_k.groupby("sweep_id")] if split else [rows_k]
         for g in groups:
             if g["concurrency"].nunique() > 1:
-                out.append((", ".join(sorted(g["sweep_id"].unique())), k, g))
+                out.append((", ".join(sorted(g["sweep_id"].unique(), key=natural)), k, g))
     return out
 
 
@@ -241,9 +242,20 @@ def _off_text(off: dict[int, float | None]) -> str:
     return ", ".join(f"{c}: {'target alone' if v is None else f'{v:.2f}x'}" for c, v in off.items())
 
 
-def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
+def unschedulable(req: pd.DataFrame) -> set[str]:
+    """The variants of ``req`` whose speculator drafts only at the K it was started with
+    (``follows_k_schedule``: vLLM's suffix proposer)."""
+    methods = req.dropna(subset=["method"]).drop_duplicates("variant")
+    return {
+        v for v, m in zip(methods["variant"], methods["method"], strict=True)
+        if not speculators.get(m).follows_k_schedule
+    }  # fmt: skip
+
+
+def k_schedules(table: pd.DataFrame, req: pd.DataFrame) -> pd.DataFrame:
     """Per speculator configuration run closed loop at fixed Ks and two or more
-    concurrencies (:func:`by_concurrency`; ``sweep_id`` names its sweeps): the K per batch
+    concurrencies (:func:`by_concurrency`; ``sweep_id`` names its sweeps) whose speculator
+    follows a schedule (not :func:`unschedulable` in ``req``): the K per batch
     size the cost model predicts fastest (K = 0 where no K beats speculation off,
     :func:`_off`), as vLLM's ``num_speculative_tokens_per_batch_size``, the best K
     measured at each concurrency,
@@ -254,8 +266,9 @@ def k_schedules(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return pd.DataFrame(columns=columns)
     fixed = table[(table["request_rate"] == CLOSED_LOOP) & (table["k_schedule"] == FIXED_K)]
+    fixed = fixed[(fixed["k"] > 0) & ~fixed["variant"].isin(unschedulable(req))]
     out = []
-    for sweeps, key, g in by_concurrency(fixed[fixed["k"] > 0], SCHEDULED[1:]):
+    for sweeps, key, g in by_concurrency(fixed, SCHEDULED[1:]):
         levels = sorted(int(c) for c in g["concurrency"].unique())
         by_level = {int(c): at for c, at in g.groupby("concurrency")}
         predicted = {c: _best_k(by_level[c], "speedup_tpot_predicted") for c in levels}

@@ -88,7 +88,7 @@ def build_tables(
         model_check=fit.model_check(table, fits) if not fits.empty else "",
         serving=_with_series(serving.by_rate(table), multi),
         crossovers=serving.crossovers(table),
-        schedules=serving.k_schedules(table),
+        schedules=serving.k_schedules(table, req),
         schedule_checks=serving.schedule_checks(table),
         whatif=_with_series(whatif.surface(synthetic, n_boot, seed), multi),
         one_chunk=serving.one_chunk(req),

@@ -47,7 +47,11 @@ def test_the_schedule_takes_the_predicted_best_k_and_zero_where_none_pays():
         _row(0, 16, float("nan"), 1.0),               # a baseline row is not a candidate
         _row(3, 8, 2.0, 2.0, request_rate=4.0),       # open loop: not on the batch-size axis
     ])  # fmt: skip
-    (rec,) = serving.k_schedules(table).to_dict("records")
+    # suffix decoding drafts only at its own K: it gets no schedule, however its Ks compare
+    suffix = table.assign(variant="cot_suffix")
+    req = pd.DataFrame({"variant": ["cot_sd", "cot_sd", "cot_suffix"],
+                        "method": [None, "draft_model", "suffix"]})  # fmt: skip
+    (rec,) = serving.k_schedules(pd.concat([table, suffix]), req).to_dict("records")
     assert rec["schedule"] == "[[1,2,3],[3,8,1],[9,16,0]]"
     assert rec["predicted"] == "1: K=3, 4: K=1, 16: K=0"
     assert rec["measured"] == "1: K=3, 4: K=1, 16: K=1"
@@ -61,13 +65,13 @@ def test_the_schedule_takes_the_predicted_best_k_and_zero_where_none_pays():
     # calibrated, K = 0 keeps paying for the loaded draft: at 16 in flight K = 1 beats it
     off = {1: 0.8, 4: 0.9, 16: 0.6}
     priced = table.assign(speedup_off_predicted=table["concurrency"].map(off))
-    (rec,) = serving.k_schedules(priced).to_dict("records")
+    (rec,) = serving.k_schedules(priced, req).to_dict("records")
     assert rec["predicted"] == "1: K=3, 4: K=1, 16: K=1"
     assert rec["schedule"] == "[[1,2,3],[3,16,1]]"
     assert rec["off"] == "1: 0.80x, 4: 0.90x, 16: 0.60x"
     # a level left uncalibrated says so, and its K = 0 counts as the target alone
     partly = table.assign(speedup_off_predicted=table["concurrency"].map({1: 0.8, 4: 0.9}))
-    (rec,) = serving.k_schedules(partly).to_dict("records")
+    (rec,) = serving.k_schedules(partly, req).to_dict("records")
     assert rec["off"] == "1: 0.80x, 4: 0.90x, 16: target alone"
     assert rec["predicted"] == "1: K=3, 4: K=1, 16: K=0"
     # the schedule's own runs (a sweep of their own), beside the best fixed K at each
