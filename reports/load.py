@@ -10,6 +10,7 @@ concatenated in Arrow; no Python loop runs per request.
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,6 +76,12 @@ class Results:
 
 class RunError(Exception):
     """A complete run the report cannot use; the message is the reason."""
+
+
+def natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """The sort key of a sweep's ``name`` with its runs of digits compared as numbers
+    (a200 before a1000)."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
 
 
 def stored_sweeps(results_dir: Path, sweeps: list[str] | None = None) -> list[Path]:

@@ -8,7 +8,6 @@ figure or recording why it was skipped.
 
 from __future__ import annotations
 
-import re
 import textwrap
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -30,6 +29,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, MaxNLocator
 
 from reports import aggregate
+from reports.load import natural
 
 if TYPE_CHECKING:
     from reports.tables import ReportTables
@@ -196,11 +196,6 @@ def sweeps(df: pd.DataFrame) -> list[str]:
     """A figure's sweeps, in the order their markers follow: numbers in their names by
     value (a200 before a1000)."""
     return sorted(df["sweep_id"].unique(), key=natural)
-
-
-def natural(name: str) -> tuple[tuple[int, int | str], ...]:
-    """The sort key of ``name`` with its runs of digits compared as numbers."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
 
 
 def instances(df: pd.DataFrame) -> pd.Series:

@@ -21,8 +21,7 @@ import pandas as pd
 from harness import schedule, speculators
 from harness.backends import streamed
 from reports.aggregate import BASELINE, FAILED, GROUP, windows
-from reports.load import CLOSED_LOOP, FIXED_K
-from reports.plotting import natural
+from reports.load import CLOSED_LOOP, FIXED_K, natural
 
 CONFIGURATION = ["sweep_id", "variant", "dataset", "k", "concurrency"]
 BATCH = ("batch_size", "baseline_batch_size")  # the columns :func:`with_batch_sizes` adds
