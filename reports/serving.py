@@ -13,6 +13,7 @@ own run when it has one.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -200,16 +201,19 @@ def by_concurrency(
     rows: pd.DataFrame, key: list[str]
 ) -> list[tuple[str, tuple[Any, ...], pd.DataFrame]]:
     """Closed-loop ``rows`` by ``key`` and run at two or more concurrencies, each group
-    across the report's sweeps when no concurrency of it is run in two of them (else one
-    group per sweep): (its sweeps, comma-joined; its key; its rows)."""
+    across the report's sweeps: one group per choice of sweep at each concurrency run in
+    two or more of them (a sweep made again as a later pass), so no group holds a load
+    twice: (its sweeps, comma-joined; its key; its rows)."""
     out = []
     for k, rows_k in rows.groupby(key, sort=True):
-        per_level = rows_k.drop_duplicates(["sweep_id", "concurrency"])["concurrency"]
-        split = per_level.duplicated().any()
-        groups = [g for _, g in rows_k.groupby("sweep_id")] if split else [rows_k]
-        for g in groups:
-            if g["concurrency"].nunique() > 1:
-                out.append((", ".join(sorted(g["sweep_id"].unique(), key=natural)), k, g))
+        if rows_k["concurrency"].nunique() < 2:
+            continue
+        held = rows_k.groupby("concurrency")["sweep_id"].unique()
+        for choice in itertools.product(*(sorted(s, key=natural) for s in held)):
+            pick = set(zip(held.index, choice, strict=True))
+            g = rows_k[[(c, s) in pick for c, s in zip(rows_k["concurrency"], rows_k["sweep_id"],
+                                                         strict=True)]]  # fmt: skip
+            out.append((", ".join(sorted(set(choice), key=natural)), k, g))
     return out
 
 

@@ -274,6 +274,23 @@ def test_a_k_schedule_is_a_crossover_of_its_own_along_the_sweeps_that_ran_it():
     assert np.isnan(cross.loc["1-8k3_9-16k0", "hurts_from"])  # 0.95 [0.85, 1.05]
 
 
+def test_a_load_made_again_in_a_later_pass_gives_a_crossover_per_pass():
+    """One speculator at 1 in flight in one sweep and at 16 in two (a sweep made again):
+    two crossover rows, each along 1 and 16 with its own pass's run at 16."""
+    nan = float("nan")
+    runs = [("trained", 1, 1.4), ("trained-saturated", 16, 0.6),
+            ("trained-saturated-repeat", 16, 1.2)]  # fmt: skip
+    table = pd.DataFrame([_row(3, c, nan, s, sweep_id=sweep) for sweep, c, s in runs])
+    cross = serving.crossovers(table).set_index("sweep_id")
+    assert sorted(cross.index) == [
+        "trained, trained-saturated",
+        "trained, trained-saturated-repeat",
+    ]
+    assert set(cross["loads"]) == {"1, 16"}
+    assert cross.loc["trained, trained-saturated", "first_below_1"] == 16
+    assert np.isnan(cross.loc["trained, trained-saturated-repeat", "first_below_1"])
+
+
 def test_the_predicted_crossover_is_where_the_predicted_speedup_falls_to_1(tmp_path):
     rates = (0.5, 1.0, 2.0, 4.0)
     _serving_sweep(tmp_path, rates=rates)
