@@ -187,6 +187,7 @@ SERVING: list[Column] = [
     ("e2e speedup", lambda r: ci(r, "speedup_e2e", 2)),
 ]  # fmt: skip
 CROSSOVER: list[Column] = [
+    ("sweeps", _col("sweep_id")),
     ("dataset", _col("dataset")),
     ("variant", lambda r: _scheduled(r, r["variant"])),
     ("K", _col("k")),
@@ -222,6 +223,7 @@ def _predicted(r: pd.Series, name: str, show: Callable[..., str]) -> str:
 
 
 SCHEDULES: list[Column] = [
+    ("sweeps", _col("sweep_id")),
     ("dataset", _col("dataset")),
     ("variant", _col("variant")),
     ("backend", _col("backend")),
