@@ -677,13 +677,15 @@ def report(
         out += [f"**No complete runs found** under `{source}` ({which}). Run a sweep first "
                 "(`make sweep`), then `make report` again.", "", *_skipped(t.skipped)]  # fmt: skip
         return "\n".join(out)
-    n_sweeps = t.requests["sweep_id"].nunique()
+    n_runs = len(t.runs) + len(t.whatif_runs)
+    n_sweeps = len({*t.requests["sweep_id"], *t.whatif_runs.get("sweep_id", ())})
     out += [
-        f"{len(t.runs)} runs from {n_sweeps} sweep(s) under `{source}` ({which}): "
+        f"{n_runs} runs from {n_sweeps} sweep(s) under `{source}` ({which}): "
         f"{len(t.requests)} requests, {len(t.table)} configurations"
         + (
-            f" at their speculators' own acceptance, and {len(t.whatif)} what-if "
-            "configurations at a set acceptance (their own section)"
+            f" at their speculators' own acceptance ({len(t.runs)} runs), and "
+            f"{len(t.whatif)} what-if configurations at a set acceptance ({len(t.whatif_runs)} "
+            "runs, their own section)"
             if len(t.whatif)
             else ""
         )

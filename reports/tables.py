@@ -42,6 +42,7 @@ class ReportTables:
     schedules: pd.DataFrame  # serving.k_schedules: the K per batch size to deploy
     schedule_checks: pd.DataFrame  # serving.schedule_checks: each schedule's run vs fixed K
     whatif: pd.DataFrame  # whatif.surface: runs at a set acceptance, measured vs predicted
+    whatif_runs: pd.DataFrame  # the runs at a set acceptance (whatif.split), one row each
     one_chunk: pd.DataFrame  # serving.one_chunk: server runs whose outputs came in one chunk
 
 
@@ -91,5 +92,6 @@ def build_tables(
         schedules=serving.k_schedules(table, req),
         schedule_checks=serving.schedule_checks(table),
         whatif=_with_series(whatif.surface(synthetic, n_boot, seed), multi),
+        whatif_runs=synthetic.runs,
         one_chunk=serving.one_chunk(req),
     )
