@@ -203,17 +203,24 @@ def by_concurrency(
     """Closed-loop ``rows`` by ``key`` and run at two or more concurrencies, each group
     across the report's sweeps: one group per choice of sweep at each concurrency run in
     two or more of them (a sweep made again as a later pass), so no group holds a load
-    twice: (its sweeps, comma-joined; its key; its rows)."""
+    twice: (its sweeps, comma-joined, each with its loads when a load is split; its key;
+    its rows)."""
     out = []
     for k, rows_k in rows.groupby(key, sort=True):
         if rows_k["concurrency"].nunique() < 2:
             continue
         held = rows_k.groupby("concurrency")["sweep_id"].unique()
+        split = any(len(sweeps) > 1 for sweeps in held)
         for choice in itertools.product(*(sorted(s, key=natural) for s in held)):
-            pick = set(zip(held.index, choice, strict=True))
-            g = rows_k[[(c, s) in pick for c, s in zip(rows_k["concurrency"], rows_k["sweep_id"],
-                                                         strict=True)]]  # fmt: skip
-            out.append((", ".join(sorted(set(choice), key=natural)), k, g))
+            loads: dict[str, list[str]] = {}
+            for c, sweep in zip(held.index, choice, strict=True):
+                loads.setdefault(sweep, []).append(f"{c:g}")
+            at = pd.MultiIndex.from_arrays([rows_k["concurrency"], rows_k["sweep_id"]])
+            g = rows_k[at.isin(list(zip(held.index, choice, strict=True)))]
+            label = ", ".join(
+                f"{s} ({', '.join(loads[s])})" if split else s for s in sorted(loads, key=natural)
+            )
+            out.append((label, k, g))
     return out
 
 

@@ -536,7 +536,8 @@ def test_a_closed_loop_crossover_reads_the_concurrencies_across_the_sweeps_that_
     tmp_path,
 ):
     """Closed loop on servers at 1 and 4 in flight in one sweep and 16 in another: one
-    crossover row along the concurrencies; a concurrency run in both sweeps splits them."""
+    crossover row along the concurrencies; a concurrency run in both sweeps gives a row per
+    sweep that ran it, each along all three."""
     slowdown = {("closed", 1): 1.0, ("closed", 4): 1.0, ("saturated", 16): 3.0}
     for (sweep, c), speed in slowdown.items():
         for k in (0, 2):
@@ -552,14 +553,14 @@ def test_a_closed_loop_crossover_reads_the_concurrencies_across_the_sweeps_that_
         "1, 4, 16",
     )
     assert (cross["helps_up_to"], cross["first_below_1"], cross["hurts_from"]) == (4.0, 16.0, 16.0)
-    for k in (0, 2):  # the saturated sweep runs 4 in flight too: each sweep on its own
+    for k in (0, 2):  # the saturated sweep runs 4 in flight too: a row with each one's 4
         job = run_fixtures.Job("saturated", V["cot_sd"] if k else V["cot"], "synth_easy", "easy",
                                k, concurrency=4, n_problems=40, server=True)  # fmt: skip
         run_fixtures.write_job(tmp_path, job, run_fixtures.records(job))
     t = tables.build_tables(load.load(tmp_path), n_boot=200)
     assert [(c["sweep_id"], c["loads"]) for c in t.crossovers.to_dict("records")] == [
-        ("closed", "1, 4"),
-        ("saturated", "4, 16"),
+        ("closed (1, 4), saturated (16)", "1, 4, 16"),
+        ("closed (1), saturated (4, 16)", "1, 4, 16"),
     ]
 
 

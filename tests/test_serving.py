@@ -282,13 +282,14 @@ def test_a_load_made_again_in_a_later_pass_gives_a_crossover_per_pass():
             ("trained-saturated-repeat", 16, 1.2)]  # fmt: skip
     table = pd.DataFrame([_row(3, c, nan, s, sweep_id=sweep) for sweep, c, s in runs])
     cross = serving.crossovers(table).set_index("sweep_id")
-    assert sorted(cross.index) == [
-        "trained, trained-saturated",
-        "trained, trained-saturated-repeat",
-    ]
+    first, again = (
+        "trained (1), trained-saturated (16)",
+        "trained (1), trained-saturated-repeat (16)",
+    )
+    assert sorted(cross.index) == [first, again]
     assert set(cross["loads"]) == {"1, 16"}
-    assert cross.loc["trained, trained-saturated", "first_below_1"] == 16
-    assert np.isnan(cross.loc["trained, trained-saturated-repeat", "first_below_1"])
+    assert cross.loc[first, "first_below_1"] == 16
+    assert np.isnan(cross.loc[again, "first_below_1"])
 
 
 def test_the_predicted_crossover_is_where_the_predicted_speedup_falls_to_1(tmp_path):
