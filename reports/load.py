@@ -257,6 +257,7 @@ def load(results_dir: str | Path, sweeps: list[str] | None = None, threads: int 
         runs[column] = runs.get(column, pd.Series(index=runs.index, dtype=object)).fillna(value)
     runs["instances"] = runs.get("instances", pd.Series(1, index=runs.index)).fillna(1).astype(int)
     for field in provenance.LATER_FIELDS:  # runs recorded before the field existed
-        if (column := f"hardware_{field}") in runs:
-            runs[column] = runs[column].astype(object).fillna(provenance.UNKNOWN)
+        column = f"hardware_{field}"
+        recorded = runs.get(column, pd.Series(index=runs.index, dtype=object)).astype(object)
+        runs[column] = recorded.fillna(provenance.UNKNOWN)
     return Results(requests, runs, skipped)

@@ -83,8 +83,8 @@ def made(study: dict[str, Any]) -> list[str]:
     git, hw, ver = study["git"], study["hardware"], study["versions"]
     commit = f"`{(git.get('commit') or 'no commit')[:12]}`"
     tree = "a dirty tree" if git.get("dirty") else "a clean tree"
-    # the ISA and memory where recorded (studies made before they were say nothing of them)
-    machine = [hw.get("cpu_isa"), f"{hw.get('cpu_count')} cores",
+    # studies made before the ISA and memory were recorded say so, or nothing of the memory
+    machine = [hw.get("cpu_isa") or "vector ISA not recorded", f"{hw.get('cpu_count')} cores",
                hw.get("memory_gib") and f"{hw['memory_gib']} GiB memory", hw.get("gpu") or "no GPU"]  # fmt: skip
     raw = study["raw"]
     steps = pd.DataFrame(study["steps"])

@@ -198,12 +198,12 @@ def test_a_run_recorded_before_the_isa_reads_it_as_unknown_beside_one_that_has_i
     assert runs.loc["cot", "hardware_gpu"] is None  # a field every record has stays as it is
 
 
-def test_runs_that_all_predate_the_isa_get_no_isa_column(tmp_path):
-    """A committed study's report regenerates as it was: no column it never had."""
+def test_runs_that_all_predate_the_isa_read_it_as_unknown_rather_than_drop_the_column(tmp_path):
     from reports import load
 
     _hardware_runs(tmp_path, {})
-    assert "hardware_cpu_isa" not in load.load(tmp_path).runs
+    runs = load.load(tmp_path).runs
+    assert set(runs["hardware_cpu_isa"]) == set(runs["hardware_memory_gib"]) == {provenance.UNKNOWN}
 
 
 def test_a_study_names_its_vector_isa_and_memory_where_recorded():
@@ -222,4 +222,5 @@ def test_a_study_names_its_vector_isa_and_memory_where_recorded():
     assert "on Some CPU (AVX512, 2 cores, 15.5 GiB memory, no GPU)" in machine_line(
         {"cpu_isa": "AVX512", "memory_gib": 15.5}
     )
-    assert "on Some CPU (2 cores, no GPU)" in machine_line({})  # a study made before them
+    # a study made before them
+    assert "on Some CPU (vector ISA not recorded, 2 cores, no GPU)" in machine_line({})
