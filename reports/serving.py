@@ -211,12 +211,13 @@ def by_concurrency(
             continue
         held = rows_k.groupby("concurrency")["sweep_id"].unique()
         split = any(len(sweeps) > 1 for sweeps in held)
+        at = pd.MultiIndex.from_arrays([rows_k["concurrency"], rows_k["sweep_id"]])
         for choice in itertools.product(*(sorted(s, key=natural) for s in held)):
+            picked = list(zip(held.index, choice, strict=True))
             loads: dict[str, list[str]] = {}
-            for c, sweep in zip(held.index, choice, strict=True):
+            for c, sweep in picked:
                 loads.setdefault(sweep, []).append(f"{c:g}")
-            at = pd.MultiIndex.from_arrays([rows_k["concurrency"], rows_k["sweep_id"]])
-            g = rows_k[at.isin(list(zip(held.index, choice, strict=True)))]
+            g = rows_k[at.isin(picked)]
             label = ", ".join(
                 f"{s} ({', '.join(loads[s])})" if split else s for s in sorted(loads, key=natural)
             )
