@@ -9,7 +9,8 @@ Reads each study's raw runs (``docs/results/<study>/raw``) through ``reports.loa
 how far that speedup sits from what it should be, in units of the interval's half-width:
 ``aa_distance`` = |speedup - 1| for an interleaved K = 0 run (A/A), ``repeat_distance`` =
 |speedup - median| over the runs of the same configuration in the study's other sweeps
-(repeats); ``moved`` when that value lies outside the interval (a run with either value
+(repeats: the same report group and the same ``config_hash``, so engine settings the
+report does not group by, such as ``engine.multiprocessing``, tell runs apart); ``moved`` when that value lies outside the interval (a run with either value
 is judged). Within each run, the
 requests' first and second half in run order (each engine instance's own) give
 ``half_move``: the second half's paired speedup over the first's - 1, and ``base_move`` /
@@ -40,7 +41,8 @@ OUT = RESULTS / "sentinel-evidence"
 RUN = [*aggregate.RUN, "pairing", "k", "instances"]
 TPOT = aggregate.SPEEDUPS["speedup_tpot"]
 PAIR_TPOT = aggregate.PAIRED["speedup_tpot"]
-CONFIG = [c for c in aggregate.GROUP if c != "sweep_id"]  # a configuration across sweeps
+# a configuration across sweeps: its report group and every hashed config value
+CONFIG = [*(c for c in aggregate.GROUP if c != "sweep_id"), "config_hash"]
 EDGES = (0.0, 0.05, 0.10, 0.20, np.inf)  # the |drift| bins of bins.csv
 ALL = "all"  # studies.csv's row over every study
 MOVES = ("half_move", "base_move", "job_move")  # second half over first - 1 (module doc)
@@ -86,7 +88,9 @@ def measure(study: Path, n_boot: int) -> pd.DataFrame:
     keys = runs.astype({c: table[c].dtype for c in aggregate.GROUP})
     keys["drift"] = [sentinel.drift(r) for r in _reference(runs)]
     cols = ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi", "reference_shift"]
-    rows = keys[[*aggregate.GROUP, "run_id", "drift"]].merge(table[[*aggregate.GROUP, *cols]])
+    rows = keys[[*aggregate.GROUP, "run_id", "config_hash", "drift"]].merge(
+        table[[*aggregate.GROUP, *cols]]
+    )
     half = (rows["speedup_tpot_hi"] - rows["speedup_tpot_lo"]) / 2
     aa = (rows["k"] == 0) & (rows["pairing"] == sentinel.INTERLEAVED)
     rows["aa_distance"] = ((rows["speedup_tpot"] - 1).abs() / half).where(aa)
