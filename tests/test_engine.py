@@ -22,7 +22,7 @@ from harness.checks import load_tokenizer
 from harness.config import compose_config
 from harness.sweep import calibrate
 from harness.sweep.job import run_job
-from harness.sweep.runner import prepare
+from harness.sweep.runner import engine_specs, prepare
 
 pytestmark = pytest.mark.slow
 
@@ -199,6 +199,22 @@ def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
     assert [r["pair_output_hash"] for r in rows] == [r["output_hash"] for r in rows]
     engines.clear()
     assert not any(_alive(pid) for pid in started)
+
+
+def test_a_pair_laid_out_unlike_says_so_and_a_like_pair_does_not(overrides, capsys):
+    """Prompt lookup's engine always runs in processes of its own; beside a plain side in
+    this process (``engine.multiprocessing=false``) the job says what its speedup counts."""
+    ngram = [*overrides, "variant=cot_ngram", "spec.k=3", "pairing=interleaved"]
+    own, plain = engine_specs(compose_config([*ngram, "engine.multiprocessing=false"]))
+    assert own.multiprocessing() and plain is not None and not plain.multiprocessing()
+    said = capsys.readouterr().out
+    assert "cot_ngram: its engine runs in processes of its own and its plain side in the " in said
+    assert "engine.multiprocessing=true pairs like with like" in said
+    own, plain = engine_specs(compose_config([*ngram, "engine.multiprocessing=true"]))
+    assert own.multiprocessing() and plain is not None and plain.multiprocessing()
+    drafted = [*overrides, "variant=cot_sd", "spec.k=3", "pairing=interleaved"]
+    engine_specs(compose_config([*drafted, "engine.multiprocessing=false"]))
+    assert "pairs like with like" not in capsys.readouterr().out
 
 
 def test_an_engine_kept_beside_one_that_stops_still_answers(overrides):

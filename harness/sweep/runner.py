@@ -158,7 +158,7 @@ def choose_engines(cfg: Any, bases: tuple[str | None, str | None] = (None, None)
 
 def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
     """The job's engine spec and its baseline's (:func:`choose_engines`), saying in one line
-    why an interleaved job runs alone.
+    why an interleaved job runs alone, or that its pair's engines are laid out unlike.
 
     Raises:
         ConfigError: the job's own engine cannot fit its GPU.
@@ -166,6 +166,15 @@ def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
     engines = choose_engines(cfg)
     if engines.alone:
         print(f"pairing=interleaved: {engines.alone}; running the job alone (pairing=sequential)")
+    own, plain = engines.spec, engines.baseline
+    if plain is not None and own.multiprocessing() != plain.multiprocessing():
+        where = {True: "in processes of its own", False: "in the harness's process"}
+        own_at, plain_at = where[own.multiprocessing()], where[plain.multiprocessing()]
+        print(
+            f"{cfg.variant.name}: its engine runs {own_at} and its plain side {plain_at}, so "
+            "the speedup also counts a hand-off at every step against one side "
+            "(docs/USAGE.md); engine.multiprocessing=true pairs like with like"
+        )
     if engines.baseline is None:
         memory.fit(engines.spec, cfg.concurrency)
     return engines.spec, engines.baseline
