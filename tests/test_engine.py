@@ -201,20 +201,27 @@ def test_a_plain_job_interleaved_pairs_two_instances_of_its_engine(overrides):
     assert not any(_alive(pid) for pid in started)
 
 
-def test_a_pair_laid_out_unlike_says_so_and_a_like_pair_does_not(overrides, capsys):
-    """Prompt lookup's engine always runs in processes of its own; beside a plain side in
-    this process (``engine.multiprocessing=false``) the job says what its speedup counts."""
-    ngram = [*overrides, "variant=cot_ngram", "spec.k=3", "pairing=interleaved"]
-    own, plain = engine_specs(compose_config([*ngram, "engine.multiprocessing=false"]))
-    assert own.multiprocessing() and plain is not None and not plain.multiprocessing()
-    said = capsys.readouterr().out
-    assert "cot_ngram: its engine runs in processes of its own and its plain side in the " in said
-    assert "engine.multiprocessing=true pairs like with like" in said
-    own, plain = engine_specs(compose_config([*ngram, "engine.multiprocessing=true"]))
-    assert own.multiprocessing() and plain is not None and plain.multiprocessing()
-    drafted = [*overrides, "variant=cot_sd", "spec.k=3", "pairing=interleaved"]
-    engine_specs(compose_config([*drafted, "engine.multiprocessing=false"]))
-    assert "pairs like with like" not in capsys.readouterr().out
+def test_prompt_lookups_plain_side_is_laid_out_like_its_engine(overrides):
+    """Prompt lookup's engine always runs in processes of its own; its plain side runs there
+    too, so both sides hand each step off alike, and a run or calibration made beside a
+    plain side in this process is not taken for one."""
+    ngram = compose_config([*overrides, "variant=cot_ngram", "spec.k=3", "pairing=interleaved",
+                            "engine.multiprocessing=false"])  # fmt: skip
+    own, plain = engine_specs(ngram)
+    assert own.apart_by_family() and plain is not None and plain.multiprocessing()
+    assert plain == EngineSpec.baseline(ngram).laid_out(True).sharing(2)
+    drafted = compose_config([*overrides, "variant=cot_sd", "spec.k=3", "pairing=interleaved",
+                              "engine.multiprocessing=false"])  # fmt: skip
+    own, plain = engine_specs(drafted)
+    assert not own.apart_by_family() and plain == EngineSpec.baseline(drafted).sharing(2)
+    assert plain is not None and not plain.multiprocessing()  # both in this process
+    served = compose_config([*overrides, "variant=cot_ngram", "spec.k=3", "backend=server"])
+    _, plain = engine_specs(served)  # a server's engine core runs apart whatever the spec says
+    assert plain == EngineSpec.baseline(served).sharing(2)
+    entry = calibrate.job_entry(ngram)
+    stored = record.identity(entry)
+    assert stored["beside"] == "a plain engine in processes of its own"
+    assert "beside" not in record.identity(calibrate.job_entry(drafted))
 
 
 def test_an_engine_kept_beside_one_that_stops_still_answers(overrides):

@@ -81,6 +81,11 @@ class Backend(ABC):
     def launches(self) -> int:
         """Engines or servers of its kind this process has started so far."""
 
+    def beside(self, spec: Any, plain: Any) -> Any:
+        """The plain engine spec an interleaved job of ``spec`` runs beside: ``plain`` as
+        this backend lays it out there (as it is, unless the backend says otherwise)."""
+        return plain
+
     def timed(self, spec: Any) -> Any:
         """The engine spec a calibration times to price this backend's steps: ``spec`` laid
         out as this backend runs it (its own, offline)."""

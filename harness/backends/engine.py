@@ -152,6 +152,11 @@ class EngineSpec:
         needs = self.method is not None and speculators.get(self.method).needs_multiprocessing
         return dict(self.settings).get("multiprocessing", True) or needs
 
+    def apart_by_family(self) -> bool:
+        """Whether this spec runs in processes of its own only because its family needs them
+        (``engine.multiprocessing=false``): its plain side is then laid out like it."""
+        return self.multiprocessing() and not dict(self.settings).get("multiprocessing", True)
+
     def arrangement(self) -> dict[str, str]:
         """vLLM's switch for where an offline engine of this spec runs (never a server's:
         see :meth:`multiprocessing`)."""

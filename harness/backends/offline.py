@@ -165,6 +165,12 @@ class Engines(Backend):
     def launches(self) -> int:
         return live.launches(OFFLINE)
 
+    def beside(self, spec: Any, plain: Any) -> Any:
+        """``plain`` in processes of its own when ``spec`` runs there only because its family
+        needs them (prompt lookup under ``engine.multiprocessing=false``): both sides of the
+        pair then hand each step off alike."""
+        return plain.laid_out(True) if spec.apart_by_family() else plain
+
     def in_process(self, generator: Generator) -> Any | None:
         return generator.llm
 

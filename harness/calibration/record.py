@@ -71,6 +71,8 @@ def identity(entry: Entry) -> dict[str, Any]:
     if entry.k > 0:  # earlier files timed the job's baseline all before its engine, then
         # in three alternating rounds pooled
         ident["baseline"] = f"median ratio of {PAIRED_ROUNDS} alternating rounds"
+    if entry.k > 0 and spec.apart_by_family():  # earlier files timed it beside a plain
+        ident["beside"] = "a plain engine in processes of its own"  # engine in this process
     if entry.k > 0 and not speculators.get(spec.method).drafts_every_step:
         # steps without drafts are timed apart (earlier files charged them to verify)
         ident["undrafted_steps"] = UNDRAFTED_STEPS

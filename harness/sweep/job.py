@@ -49,6 +49,10 @@ def run_key(cfg: Any, job: PreparedJob, models: dict[str, dict[str, Any]]) -> di
     """Everything that determines a job's results, by part: a stored run is reused only
     when every part is equal, and a re-run names the parts that changed."""
     versions = provenance.versions()
+    # a plain side laid out like a family's engine apart (earlier runs had it in this process)
+    apart = (
+        job.baseline is not None and job.spec.apart_by_family() and job.baseline.multiprocessing()
+    )
     return {
         "config": results.config_hash(cfg),
         **{f"model {key}": identity["digest"] for key, identity in models.items()},
@@ -56,6 +60,7 @@ def run_key(cfg: Any, job: PreparedJob, models: dict[str, dict[str, Any]]) -> di
         "system prompt": key_digest(cfg.prompts[cfg.variant.prompt_style]),
         "draftbench": str(versions["draftbench"]),
         "vllm": str(versions["vllm"]),
+        **({"plain side": "in processes of its own, as the job's engine"} if apart else {}),
     }
 
 

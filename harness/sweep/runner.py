@@ -141,14 +141,16 @@ class Engines:
 def choose_engines(cfg: Any, bases: tuple[str | None, str | None] = (None, None)) -> Engines:
     """The one decision of interleaved or sequential: a pair when ``pairing=interleaved``,
     the job's backend allows a baseline beside it (``Backend.alone``) and both fit one device
-    (each with half of ``gpu_memory_utilization`` on a GPU), else the job's engine alone.
+    (each with half of ``gpu_memory_utilization`` on a GPU), else the job's engine alone. The
+    baseline is laid out as the backend runs it beside the job's engine (``Backend.beside``).
     ``bases``: the base models of models not built yet (``harness.backends.memory``)."""
     spec = EngineSpec.from_config(cfg)
     if cfg.pairing != "interleaved":
         return Engines(spec, None)
     if why := backends.of(cfg).alone(cfg):
         return Engines(spec, None, why)
-    pair = (spec.sharing(2), EngineSpec.baseline(cfg).sharing(2))
+    plain = backends.of(cfg).beside(spec, EngineSpec.baseline(cfg))
+    pair = (spec.sharing(2), plain.sharing(2))
     try:
         estimates = tuple(memory.fit(s, cfg.concurrency, bases) for s in pair)
     except ConfigError as exc:
@@ -158,7 +160,7 @@ def choose_engines(cfg: Any, bases: tuple[str | None, str | None] = (None, None)
 
 def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
     """The job's engine spec and its baseline's (:func:`choose_engines`), saying in one line
-    why an interleaved job runs alone, or that its pair's engines are laid out unlike.
+    why an interleaved job runs alone.
 
     Raises:
         ConfigError: the job's own engine cannot fit its GPU.
@@ -166,15 +168,6 @@ def engine_specs(cfg: Any) -> tuple[EngineSpec, EngineSpec | None]:
     engines = choose_engines(cfg)
     if engines.alone:
         print(f"pairing=interleaved: {engines.alone}; running the job alone (pairing=sequential)")
-    own, plain = engines.spec, engines.baseline
-    if plain is not None and own.multiprocessing() != plain.multiprocessing():
-        where = {True: "in processes of its own", False: "in the harness's process"}
-        own_at, plain_at = where[own.multiprocessing()], where[plain.multiprocessing()]
-        print(
-            f"{cfg.variant.name}: its engine runs {own_at} and its plain side {plain_at}, so "
-            "the speedup also counts a hand-off at every step against one side "
-            "(docs/USAGE.md); engine.multiprocessing=true pairs like with like"
-        )
     if engines.baseline is None:
         memory.fit(engines.spec, cfg.concurrency)
     return engines.spec, engines.baseline
