@@ -10,9 +10,9 @@ how far that speedup sits from what it should be, in units of the interval's hal
 ``aa_distance`` = |speedup - 1| for an interleaved K = 0 run (A/A), ``repeat_distance`` =
 |speedup - median| over the runs of the same configuration in the study's other sweeps
 (repeats: the same report group and the same ``config_hash``, so engine settings the
-report does not group by, such as ``engine.multiprocessing``, tell runs apart); ``moved`` when that value lies outside the interval (a run with either value
-is judged). Within each run, the
-requests' first and second half in run order (each engine instance's own) give
+report does not group by, such as ``engine.multiprocessing``, tell runs apart); ``moved``
+when that value lies outside the interval (a run with either value is judged). Within
+each run, the requests' first and second half in run order (each engine instance's own) give
 ``half_move``: the second half's paired speedup over the first's - 1, and ``base_move`` /
 ``job_move``: the same for the baseline side's and the job's own TPOT alone, which the
 machine's drift moves when pairing does not cancel it; ``half_beyond`` when the halves'
